@@ -1,0 +1,17 @@
+"""The Blueque engine: Redis queues for very long tasks, wire-compatible with blueque 1.0.
+
+No Django in here: redis-py and the standard library only. ``from django_blueque.core import
+Client, ForkingRunner`` is blueque 1.0's API.
+"""
+
+from .client import Client, Listener, Processor, Queue, Task
+from .context import RunningTask, StopRequested, current_task
+from .keys import COMPLETE, FAILED, PENDING, RESERVED, SCHEDULED, STARTED, STATUSES, Keys
+from .maintenance import Action, enqueue_due_tasks, reap
+from .runner import ForkingRunner
+
+__all__ = [
+    "Action", "Client", "COMPLETE", "FAILED", "ForkingRunner", "Keys", "Listener", "PENDING",
+    "Processor", "Queue", "RESERVED", "RunningTask", "SCHEDULED", "STARTED", "STATUSES",
+    "StopRequested", "Task", "current_task", "enqueue_due_tasks", "reap",
+]

@@ -1,0 +1,139 @@
+"""Every Redis key and task-hash field of the Blueque protocol, in one place.
+
+Keys are their parts joined with ``_`` after the prefix (``blueque``), exactly as blueque 1.0
+builds them. Nothing else in the package builds a key string. The extension keys (heartbeat,
+lease, cancel requests, listener info) are additions: a blueque 1.0 reader never looks at them.
+"""
+
+import re
+
+DEFAULT_PREFIX = "blueque"
+
+# Task statuses, as blueque 1.0 writes them.
+SCHEDULED = "scheduled"
+PENDING = "pending"
+RESERVED = "reserved"
+STARTED = "started"
+COMPLETE = "complete"
+FAILED = "failed"
+STATUSES = (SCHEDULED, PENDING, RESERVED, STARTED, COMPLETE, FAILED)
+FINISHED = (COMPLETE, FAILED)
+
+# Task-hash fields of blueque 1.0.
+PROTOCOL_FIELDS = (
+    "status", "queue", "parameters", "created", "updated", "eta", "node", "pid", "result", "error",
+    "reclaimed_node",
+)
+# Task-hash fields added by django_blueque (documented in the README's protocol section).
+EXTENSION_FIELDS = (
+    "attempts",          # runs started so far (1 on the first run)
+    "retries",           # retries allowed after the first run
+    "backoff",           # seconds c of the retry schedule: retry n waits c * 2**(n-1)
+    "timeout",           # seconds one run may take before its process is killed
+    "retention",         # seconds a finished task is kept before the reaper deletes it
+    "lease",             # token of the current reservation; guards every later step
+    "started",           # time.time() of the current run's start
+    "finished",          # time.time() of completion or final failure
+    "expires",           # finished + retention: when the reaper may delete the task
+    "progress",          # percentage 0..100 reported by the running task
+    "progress_message",  # free text reported with the progress
+    "error_type",        # exception class of the failure ("builtins.ValueError", "Killed", ...)
+    "traceback",         # formatted traceback of the failure
+    "last_error",        # error of the previous attempt, kept while a retry is scheduled
+    "cancel_requested",  # time.time() a cancellation of a reserved or started task was asked
+)
+
+_SAFE_NAME = re.compile(r"^[^\s]+$")
+
+
+def valid_name(name):
+    """A queue name or task id usable in a key: non-empty, no whitespace (started-set members
+    are space-separated, so a space would make them ambiguous)."""
+    return isinstance(name, str) and bool(_SAFE_NAME.match(name))
+
+
+def parse_listener_id(listener_id):
+    """``(host, pid)`` of a listener id ``<host>_<pid>``, or None if it is malformed."""
+    host, sep, pid = listener_id.rpartition("_")
+    if not sep or not host or not pid.isdigit():
+        return None
+    return host, int(pid)
+
+
+def parse_started_member(member):
+    """``(listener_id, pid, task_id)`` of a started-set member, or None if it is malformed."""
+    parts = member.split(" ")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1]), parts[2]
+
+
+class Keys:
+    """Key names for one prefix."""
+
+    def __init__(self, prefix=DEFAULT_PREFIX):
+        self.prefix = prefix
+
+    def _key(self, *parts):
+        return "_".join((self.prefix,) + parts)
+
+    # blueque 1.0 keys
+    @property
+    def queues(self):
+        return self._key("queues")
+
+    def pending(self, queue):
+        return self._key("pending_tasks", queue)
+
+    def scheduled(self, queue):
+        return self._key("scheduled_tasks", queue)
+
+    def reserved(self, queue, listener_id):
+        return self._key("reserved_tasks", queue, listener_id)
+
+    def started(self, queue):
+        return self._key("started_tasks", queue)
+
+    def complete(self, queue):
+        return self._key("complete_tasks", queue)
+
+    def failed(self, queue):
+        return self._key("failed_tasks", queue)
+
+    def finished(self, queue, status):
+        return self.complete(queue) if status == COMPLETE else self.failed(queue)
+
+    def listeners(self, queue):
+        return self._key("listeners", queue)
+
+    def task(self, task_id):
+        return self._key("task", task_id)
+
+    # extension keys
+    def listener_leases(self, queue):
+        """ZSET: listener id -> time its heartbeat expires. Only our listeners are in it, so a
+        listener of the listeners set that is absent here is a blueque 1.0 listener."""
+        return self._key("listener_leases", queue)
+
+    def listener_info(self, listener_id):
+        """HASH describing a live listener of ours: host, pid, queues, concurrency, beat."""
+        return self._key("listener", listener_id)
+
+    def cancels(self, listener_id):
+        """SET of task ids whose cancellation the listener has still to carry out."""
+        return self._key("cancels", listener_id)
+
+    def lease(self, task_id):
+        """STRING holding the lease token of a running task, with an expiry its process renews."""
+        return self._key("lease", task_id)
+
+    def periodic(self, name):
+        """STRING: the last due time a periodic task was enqueued for (exactly-once guard)."""
+        return self._key("periodic", name)
+
+    def bulk_job(self, job_id):
+        """HASH: progress of a bulk action (retry all, delete all) run in batches."""
+        return self._key("bulk", job_id)
+
+    def started_member(self, listener_id, pid, task_id):
+        return " ".join((listener_id, str(pid), task_id))

@@ -1,0 +1,24 @@
+-- start: the task's process takes over a task its listener reserved. Refused (0) when the
+-- reservation is no longer this one (reaped and handed to someone else). A task whose
+-- cancellation was asked while it was reserved fails here, without running (-1).
+-- KEYS[1] task, KEYS[2] started set, KEYS[3] lease key, KEYS[4] reserved list, KEYS[5] failed list
+-- ARGV[1] task id, ARGV[2] started member "<listener> <pid> <id>", ARGV[3] pid, ARGV[4] token,
+-- ARGV[5] now, ARGV[6] lease ttl (ms)
+local state = redis.call('HMGET', KEYS[1], 'status', 'lease', 'cancel_requested')
+if state[1] ~= 'reserved' or state[2] ~= ARGV[4] then
+  return 0
+end
+if state[3] then
+  redis.call('LREM', KEYS[4], 1, ARGV[1])
+  redis.call('HDEL', KEYS[1], 'lease', 'cancel_requested')
+  redis.call('HSET', KEYS[1], 'status', 'failed', 'error', 'cancelled', 'error_type', 'Cancelled',
+             'updated', ARGV[5], 'finished', ARGV[5])
+  redis.call('LPUSH', KEYS[5], ARGV[1])
+  return -1
+end
+redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[1], 'status', 'started', 'pid', ARGV[3], 'updated', ARGV[5], 'started', ARGV[5])
+redis.call('HDEL', KEYS[1], 'progress', 'progress_message')
+redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
+return 1

@@ -1,0 +1,237 @@
+"""The Blueque protocol's operations: one method per row of the protocol table, plus the
+extensions. Hold ../shared/docs/protocol.md (and the README's protocol section) beside this
+module: each method sends the commands its row lists, as one transaction or one Lua script.
+
+Values are written as blueque 1.0 writes them: strings, ints via ``str()``, times as
+``time.time()`` floats via ``repr()``.
+"""
+
+import time
+import uuid
+from importlib import resources
+
+from . import keys as k
+
+LEASE_TTL = 15.0
+"""Seconds a running task's lease lasts without renewal; its process renews it every third."""
+
+HEARTBEAT_TTL = 15.0
+"""Seconds a listener counts as alive after its last heartbeat; it beats every third."""
+
+
+def now():
+    return time.time()
+
+
+def encode_time(value):
+    return repr(float(value))
+
+
+def check_wire_value(name, value):
+    """Parameters and results are strings on the wire. blueque 1.0 also let redis-py turn
+    ints, floats and bytes into strings, so those are accepted too; anything else is refused
+    before a byte is written."""
+    if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
+        raise TypeError(
+            f"{name} must be a string (or bytes, int, float), not {type(value).__name__}")
+    return value
+
+
+def new_token():
+    return uuid.uuid4().hex
+
+
+class Protocol:
+    """The operations, bound to one Redis client and one key prefix."""
+
+    def __init__(self, redis_client, prefix=k.DEFAULT_PREFIX):
+        self.redis = redis_client
+        self.keys = k.Keys(prefix)
+        self._task_prefix = self.keys.task("")
+        self._scripts = {}
+
+    def script(self, name):
+        """A Lua script of lua/, registered once and then run by EVALSHA."""
+        script = self._scripts.get(name)
+        if script is None:
+            source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+            script = self._scripts[name] = self.redis.register_script(source)
+        return script
+
+    # -- producers -------------------------------------------------------------------------
+
+    def _write_task(self, pipe, queue, status, parameters, extra):
+        task_id = str(uuid.uuid4())
+        stamp = encode_time(now())
+        fields = {"status": status, "queue": queue, "parameters": parameters,
+                  "created": stamp, "updated": stamp}
+        fields.update({name: str(value) for name, value in extra.items() if value is not None})
+        pipe.hset(self.keys.task(task_id), mapping=fields)
+        pipe.zincrby(self.keys.queues, 0, queue)
+        return task_id
+
+    def enqueue(self, queue, parameters_list, extra=None, pipe=None):
+        """MULTI; HSET task ...; ZINCRBY queues 0 Q; LPUSH pending id; EXEC -- for each
+        parameters string, all in one round trip."""
+        for parameters in parameters_list:
+            check_wire_value("parameters", parameters)
+        own = pipe is None
+        pipe = self.redis.pipeline() if own else pipe
+        ids = []
+        for parameters in parameters_list:
+            task_id = self._write_task(pipe, queue, k.PENDING, parameters, extra or {})
+            pipe.lpush(self.keys.pending(queue), task_id)
+            ids.append(task_id)
+        if own:
+            pipe.execute()
+        return ids
+
+    def schedule(self, queue, parameters, eta, extra=None):
+        """MULTI; HSET task ... eta E; ZINCRBY queues 0 Q; ZADD scheduled E id; EXEC.
+        An eta in the past is a plain enqueue, as in blueque 1.0."""
+        check_wire_value("parameters", parameters)
+        eta = float(eta)
+        if eta < now():
+            return self.enqueue(queue, [parameters], extra)[0]
+        with self.redis.pipeline() as pipe:
+            fields = dict(extra or {}, eta=encode_time(eta))
+            task_id = self._write_task(pipe, queue, k.SCHEDULED, parameters, fields)
+            pipe.zadd(self.keys.scheduled(queue), {task_id: eta})
+            pipe.execute()
+        return task_id
+
+    # -- listeners -------------------------------------------------------------------------
+
+    def heartbeat(self, listener_id, queues, info=None, ttl=HEARTBEAT_TTL):
+        """Register or renew a listener on its queues; returns the task ids it must cancel."""
+        keys = [self.keys.queues, self.keys.listener_info(listener_id),
+                self.keys.cancels(listener_id)]
+        for queue in queues:
+            keys += [self.keys.listeners(queue), self.keys.listener_leases(queue)]
+        args = [listener_id, encode_time(now()), ttl, *queues]
+        for field, value in (info or {}).items():
+            args += [field, str(value)]
+        return self.script("heartbeat")(keys=keys, args=args)
+
+    def release_listener(self, listener_id, queue, own=False):
+        """Unregister a listener from one queue and requeue its unstarted tasks.
+        Returns ``(requeued ids, started ids)``, or None when someone else released it."""
+        released = self.script("release_listener")(
+            keys=[self.keys.listeners(queue), self.keys.queues, self.keys.listener_leases(queue),
+                  self.keys.reserved(queue, listener_id), self.keys.pending(queue)],
+            args=[listener_id, queue, self._task_prefix, encode_time(now()), "1" if own else "0"])
+        if released is None:
+            return None
+        return released[0], released[1]
+
+    def forget_listener(self, listener_id):
+        """Delete the extension keys of a listener that has left all its queues."""
+        self.redis.delete(self.keys.listener_info(listener_id), self.keys.cancels(listener_id))
+
+    def add_listener_v1(self, listener_id, queue):
+        """blueque 1.0's registration: MULTI; SADD listeners L; ZINCRBY queues 1 Q; EXEC."""
+        with self.redis.pipeline() as pipe:
+            pipe.sadd(self.keys.listeners(queue), listener_id)
+            pipe.zincrby(self.keys.queues, 1, queue)
+            pipe.execute()
+
+    def reserve(self, queue, listener_id, token):
+        """Move the oldest pending id to the listener's reserved list and mark the task
+        reserved, atomically. Returns None when the queue is empty, else ``(task id, timeout)``
+        where timeout is the task's timeout in seconds ('' for none), or None for an id that
+        had no pending task behind it and was dropped."""
+        found = self.script("reserve")(
+            keys=[self.keys.pending(queue), self.keys.reserved(queue, listener_id)],
+            args=[self._task_prefix, listener_id, encode_time(now()), token])
+        if found is None:
+            return None
+        if found[1] != "ok":
+            return found[0], None
+        return found[0], found[2]
+
+    # -- task processes --------------------------------------------------------------------
+
+    def start(self, queue, task_id, listener_id, pid, token, lease_ttl=LEASE_TTL):
+        """MULTI; SADD started "L pid id"; HSET task status started pid P; EXEC, guarded by
+        the reservation token and taking the task's lease. Returns 1 (go), 0 (not ours any
+        more) or -1 (cancelled while reserved: recorded as failed)."""
+        return self.script("start")(
+            keys=[self.keys.task(task_id), self.keys.started(queue), self.keys.lease(task_id),
+                  self.keys.reserved(queue, listener_id), self.keys.failed(queue)],
+            args=[task_id, self.keys.started_member(listener_id, pid, task_id), pid, token,
+                  encode_time(now()), int(lease_ttl * 1000)])
+
+    def finish(self, queue, task_id, listener_id, pid, token, outcome, value,
+               error_type="", traceback="", retryable=True, default_retention=None):
+        """blueque 1.0's complete or fail transaction (LREM reserved; SREM started; HSET task;
+        LPUSH complete|failed), guarded by the token, applying the retry policy on failure.
+        Returns 'complete', 'failed', 'retry' or 'stale'."""
+        check_wire_value("result" if outcome == k.COMPLETE else "error", value)
+        return self.script("finish")(
+            keys=[self.keys.task(task_id), self.keys.reserved(queue, listener_id or ""),
+                  self.keys.started(queue), self.keys.lease(task_id), self.keys.complete(queue),
+                  self.keys.failed(queue), self.keys.scheduled(queue), self.keys.pending(queue)],
+            args=[task_id, token or "", self.keys.started_member(listener_id or "", pid or "",
+                                                                   task_id),
+                  encode_time(now()), outcome, value, error_type or "", traceback or "",
+                  "1" if retryable else "0",
+                  "" if default_retention is None else default_retention])
+
+    def renew_lease(self, task_id, token, lease_ttl=LEASE_TTL):
+        """Extend a running task's lease. Returns ``(held, cancel requested)``."""
+        reply = self.script("renew_lease")(
+            keys=[self.keys.lease(task_id), self.keys.task(task_id)],
+            args=[token, int(lease_ttl * 1000)])
+        return bool(reply[0]), len(reply) > 1 and reply[1] is not None
+
+    def report_progress(self, task_id, token, percent, message=""):
+        return bool(self.script("progress")(
+            keys=[self.keys.task(task_id)],
+            args=[token, repr(float(percent)), message, encode_time(now())]))
+
+    # -- anyone ----------------------------------------------------------------------------
+
+    def move_due(self, queue, batch=1000):
+        """Move due scheduled tasks to the queue (blueque 1.0's enqueue_due_tasks, atomic)."""
+        moved = []
+        while True:
+            step = self.script("move_due")(
+                keys=[self.keys.scheduled(queue), self.keys.pending(queue)],
+                args=[encode_time(now()), self._task_prefix, batch])
+            moved += step
+            if len(step) < batch:
+                return moved
+
+    def cancel(self, task_id):
+        """Cancel a task wherever it is; see cancel.lua."""
+        queue = self.redis.hget(self.keys.task(task_id), "queue")
+        if queue is None:
+            return None
+        return self.script("cancel")(
+            keys=[self.keys.task(task_id), self.keys.pending(queue), self.keys.scheduled(queue),
+                  self.keys.failed(queue)],
+            args=[task_id, encode_time(now()), self.keys.cancels("")])
+
+    def retry(self, queue, task_id):
+        """Put a failed task back in its queue."""
+        return bool(self.script("retry")(
+            keys=[self.keys.task(task_id), self.keys.failed(queue), self.keys.pending(queue)],
+            args=[task_id, encode_time(now())]))
+
+    def delete(self, queue, task_id, status):
+        """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only)."""
+        if status not in k.FINISHED:
+            raise ValueError(f"Cannot delete task with status {status}")
+        with self.redis.pipeline() as pipe:
+            pipe.delete(self.keys.task(task_id))
+            pipe.lrem(self.keys.finished(queue, status), 1, task_id)
+            pipe.execute()
+
+    def expire_finished(self, queue, status, default_retention=None, batch=1000):
+        return self.script("expire_finished")(
+            keys=[self.keys.finished(queue, status)],
+            args=[self._task_prefix, encode_time(now()),
+                  "" if default_retention is None else default_retention, batch])
+
+    def queue_names(self):
+        return self.redis.zrange(self.keys.queues, 0, -1)

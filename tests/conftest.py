@@ -1,0 +1,33 @@
+import pytest
+import redis
+
+from tests.redis_server import RedisServer, external_url
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """One private redis-server for the session (or the URL in BLUEQUE_TEST_REDIS_URL)."""
+    url = external_url()
+    if url:
+        yield type("External", (), {"url": url})()
+        return
+    server = RedisServer().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_url(redis_server):
+    """The URL of a Redis database emptied before each test."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    client.close()
+    return redis_server.url
+
+
+@pytest.fixture
+def r(redis_url):
+    """A plain redis-py client (decoded strings) to look at what the engine wrote."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
