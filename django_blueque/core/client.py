@@ -11,6 +11,7 @@ import socket
 import time
 
 import redis
+import redis.sentinel
 
 from . import keys as k
 from .protocol import HEARTBEAT_TTL, Protocol, check_wire_value, new_token
@@ -49,12 +50,27 @@ def policy_fields(retries=None, backoff=None, timeout=None, retention=None):
     return fields
 
 
+def decoding_twin(redis_client):
+    """A client on the same server and options as ``redis_client`` that decodes responses, with
+    its own pool (the original's users, e.g. a cache, keep getting bytes)."""
+    pool = redis_client.connection_pool
+    options = dict(pool.connection_kwargs, decode_responses=True)
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        options.pop("connection_pool", None)
+        twin = redis.sentinel.SentinelConnectionPool(pool.service_name, pool.sentinel_manager,
+                                                     **options)
+    else:
+        twin = type(pool)(connection_class=pool.connection_class,
+                          max_connections=pool.max_connections, **options)
+    return redis.Redis(connection_pool=twin)
+
+
 class Client:
     """The connection to a Blueque system; makes the other objects.
 
     ``Client(url)`` as in blueque 1.0, or ``Client(redis=an_existing_redis_client)``. The
-    client must decode responses (strings, not bytes); one given without is rebuilt on the same
-    connection pool with decoding turned on.
+    client must decode responses (strings, not bytes); for one that does not, a twin that does
+    is made on the same server and options.
     """
 
     def __init__(self, url=None, *, redis_client=None, prefix=k.DEFAULT_PREFIX, **kwargs):
@@ -62,9 +78,7 @@ class Client:
             redis_client = redis.Redis.from_url(url or "redis://localhost:6379/0",
                                                 decode_responses=True, **kwargs)
         elif not redis_client.get_encoder().decode_responses:
-            pool = redis_client.connection_pool
-            pool.connection_kwargs["decode_responses"] = True
-            redis_client = redis.Redis(connection_pool=pool)
+            redis_client = decoding_twin(redis_client)
         self.redis = redis_client
         self.protocol = Protocol(redis_client, prefix)
         self.keys = self.protocol.keys

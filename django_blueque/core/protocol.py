@@ -41,6 +41,11 @@ def new_token():
     return uuid.uuid4().hex
 
 
+def new_task_id():
+    """A uuid4 string, as blueque 1.0 makes."""
+    return str(uuid.uuid4())
+
+
 class Protocol:
     """The operations, bound to one Redis client and one key prefix."""
 
@@ -60,8 +65,8 @@ class Protocol:
 
     # -- producers -------------------------------------------------------------------------
 
-    def _write_task(self, pipe, queue, status, parameters, extra):
-        task_id = str(uuid.uuid4())
+    def _write_task(self, pipe, queue, status, parameters, extra, task_id=None):
+        task_id = task_id or new_task_id()
         stamp = encode_time(now())
         fields = {"status": status, "queue": queue, "parameters": parameters,
                   "created": stamp, "updated": stamp}
@@ -70,32 +75,36 @@ class Protocol:
         pipe.zincrby(self.keys.queues, 0, queue)
         return task_id
 
-    def enqueue(self, queue, parameters_list, extra=None, pipe=None):
+    def enqueue(self, queue, parameters_list, extra=None, task_ids=None, pipe=None):
         """MULTI; HSET task ...; ZINCRBY queues 0 Q; LPUSH pending id; EXEC -- for each
-        parameters string, all in one round trip."""
+        parameters string, all in one round trip. ``task_ids`` lets a caller choose the ids
+        (to hand one out before the task is written); with ``pipe`` (a transaction the caller
+        executes) the commands join it."""
         for parameters in parameters_list:
             check_wire_value("parameters", parameters)
+        task_ids = task_ids or [None] * len(parameters_list)
+        ids = []
         own = pipe is None
         pipe = self.redis.pipeline() if own else pipe
-        ids = []
-        for parameters in parameters_list:
-            task_id = self._write_task(pipe, queue, k.PENDING, parameters, extra or {})
+        for parameters, task_id in zip(parameters_list, task_ids, strict=True):
+            task_id = self._write_task(pipe, queue, k.PENDING, parameters, extra or {}, task_id)
             pipe.lpush(self.keys.pending(queue), task_id)
             ids.append(task_id)
         if own:
             pipe.execute()
+            pipe.reset()
         return ids
 
-    def schedule(self, queue, parameters, eta, extra=None):
+    def schedule(self, queue, parameters, eta, extra=None, task_id=None):
         """MULTI; HSET task ... eta E; ZINCRBY queues 0 Q; ZADD scheduled E id; EXEC.
         An eta in the past is a plain enqueue, as in blueque 1.0."""
         check_wire_value("parameters", parameters)
         eta = float(eta)
         if eta < now():
-            return self.enqueue(queue, [parameters], extra)[0]
+            return self.enqueue(queue, [parameters], extra, [task_id])[0]
         with self.redis.pipeline() as pipe:
             fields = dict(extra or {}, eta=encode_time(eta))
-            task_id = self._write_task(pipe, queue, k.SCHEDULED, parameters, fields)
+            task_id = self._write_task(pipe, queue, k.SCHEDULED, parameters, fields, task_id)
             pipe.zadd(self.keys.scheduled(queue), {task_id: eta})
             pipe.execute()
         return task_id

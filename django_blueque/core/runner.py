@@ -141,13 +141,16 @@ class ForkingRunner:
     ``kill_grace`` (seconds between SIGTERM and SIGKILL when stopping a task), ``retention``
     (default seconds to keep finished tasks), ``duties`` (a callable run every
     ``duties_interval`` seconds in the listener, e.g. the scheduler and the reaper),
-    ``on_child_start`` (a callable run in each task process before the task, e.g. to reset
-    database connections).
+    ``before_fork()`` (run in the listener before each fork, e.g. to close database
+    connections a child must not inherit) and ``on_task_end(task, outcome, value, error_type)``
+    (run in the task's process once its end is recorded; outcome is 'complete', 'failed',
+    'retry' or 'stale').
     """
 
     def __init__(self, client, queue, task_callback, concurrency=1, *, burst=False,
                  max_tasks=None, kill_grace=10.0, retention=None, duties=None,
-                 duties_interval=5.0, heartbeat_interval=HEARTBEAT_TTL / 3, on_child_start=None):
+                 duties_interval=5.0, heartbeat_interval=HEARTBEAT_TTL / 3, before_fork=None,
+                 on_task_end=None):
         self._client = client
         self._protocol = client.protocol
         self.queues = [queue] if isinstance(queue, str) else list(queue)
@@ -167,7 +170,8 @@ class ForkingRunner:
         self._duties = duties
         self._duties_interval = duties_interval
         self._heartbeat_interval = heartbeat_interval
-        self._on_child_start = on_child_start
+        self._before_fork = before_fork
+        self._on_task_end = on_task_end
         self.listener_id = None
         self.children = {}
         self.tasks_taken = 0
@@ -332,6 +336,8 @@ class ForkingRunner:
 
     def _fork(self, queue, task_id, token, timeout):
         self.tasks_taken += 1
+        if self._before_fork:
+            self._before_fork()
         pid = os.fork()
         if pid == 0:
             self._child_main(queue, task_id, token)  # never returns
@@ -495,8 +501,6 @@ class ForkingRunner:
         set_current_task(running)
         threading.Thread(target=_keep_lease, args=(protocol, running, parent_pid),
                          name="blueque-lease", daemon=True).start()
-        if self._on_child_start:
-            self._on_child_start(task)
         try:
             value = encode_result(self._callback(task))
             outcome, error_type, trace = k.COMPLETE, "", ""
@@ -509,9 +513,11 @@ class ForkingRunner:
             value, error_type, trace = error_fields(exc)
             task_logger.error("task %s failed: %s", task_id, value, exc_info=True)
         retryable = error_type != "Cancelled"
-        _patiently(lambda: protocol.finish(queue, task_id, self.listener_id, os.getpid(), token,
-                                           outcome, value, error_type, trace, retryable,
-                                           self.retention))
+        recorded = _patiently(lambda: protocol.finish(
+            queue, task_id, self.listener_id, os.getpid(), token, outcome, value, error_type,
+            trace, retryable, self.retention))
+        if self._on_task_end:
+            self._on_task_end(task, recorded, value, error_type)
         return 0
 
 

@@ -1,0 +1,16 @@
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+from django.utils.translation import gettext_lazy as _
+
+
+class BluequeConfig(AppConfig):
+    name = "django_blueque"
+    verbose_name = _("Blueque")
+    default_auto_field = "django.db.models.AutoField"
+
+    def ready(self):
+        from . import checks  # noqa: F401  (registers the system checks)
+
+        # Every installed app's tasks.py registers its @blueque_task functions, so bq_listen
+        # finds every task without configuration.
+        autodiscover_modules("tasks")

@@ -1,0 +1,248 @@
+"""The ``BLUEQUE`` setting: read, validated and defaulted here and nowhere else.
+
+Every mistake is found by :func:`problems` (used by the system checks, so ``manage.py check``
+reports it with an id and a hint) and raised as ImproperlyConfigured at first use otherwise.
+"""
+
+import math
+from dataclasses import dataclass, field
+from functools import cache
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .core import Client
+from .core.keys import DEFAULT_PREFIX, valid_name
+
+DEFAULT_URL = "redis://localhost:6379/0"
+
+POLICY_KEYS = ("RETRIES", "BACKOFF", "TIMEOUT", "RETENTION")
+
+DEFAULTS = {
+    "URL": None,
+    "CACHE": None,
+    "OPTIONS": {},
+    "SENTINELS": None,
+    "SERVICE_NAME": None,
+    "SENTINEL_OPTIONS": {},
+    "PREFIX": DEFAULT_PREFIX,
+    "RETRIES": 0,
+    "BACKOFF": 20,
+    "TIMEOUT": None,
+    "RETENTION": 7 * 24 * 3600,
+    "QUEUES": {},
+    "EAGER": False,
+    "CONCURRENCY": 1,
+    "KILL_GRACE": 10,
+    "SCHEDULER_INTERVAL": 1.0,
+    "REAPER_INTERVAL": 5.0,
+    "METRICS_TOKEN": None,
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One mistake in the setting, as a system check reports it."""
+
+    id: str
+    msg: str
+    hint: str
+
+
+def _number(value, allow_none=False, integer=False):
+    if value is None:
+        return allow_none
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if integer and int(value) != value:
+        return False
+    return math.isfinite(value) and value >= 0
+
+
+def _policy_problems(policy, where):
+    problems = []
+    for name in POLICY_KEYS:
+        if name not in policy:
+            continue
+        value = policy[name]
+        ok = _number(value, allow_none=name in ("TIMEOUT", "RETENTION"),
+                     integer=name == "RETRIES")
+        if not ok:
+            kind = "a whole number >= 0" if name == "RETRIES" else "a number of seconds >= 0"
+            if name in ("TIMEOUT", "RETENTION"):
+                kind += " or None"
+            problems.append(Problem("blueque.E006", f"{where}['{name}'] must be {kind}, not "
+                                    f"{value!r}.", f"Set {where}['{name}'] to {kind}."))
+    return problems
+
+
+def problems(raw=None):
+    """Every mistake in the BLUEQUE setting (``raw`` defaults to the project's)."""
+    if raw is None:
+        raw = getattr(django_settings, "BLUEQUE", {})
+    if not isinstance(raw, dict):
+        return [Problem("blueque.E001", f"BLUEQUE must be a dict, not {type(raw).__name__}.",
+                        "Set BLUEQUE = {'URL': 'redis://localhost:6379/0'}.")]
+    found = []
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    if unknown:
+        found.append(Problem("blueque.E002", f"BLUEQUE has unknown key(s): {', '.join(unknown)}.",
+                             f"Known keys: {', '.join(DEFAULTS)}."))
+    sources = [name for name in ("URL", "CACHE", "SENTINELS") if raw.get(name)]
+    if len(sources) > 1:
+        found.append(Problem("blueque.E003",
+                             f"BLUEQUE names its Redis more than once: {' and '.join(sources)}.",
+                             "Give exactly one of URL, CACHE or SENTINELS."))
+    url = raw.get("URL")
+    if url is not None and (not isinstance(url, str) or
+                            not url.startswith(("redis://", "rediss://", "unix://"))):
+        found.append(Problem("blueque.E004", f"BLUEQUE['URL'] is not a Redis URL: {url!r}.",
+                             "Use redis://[:password@]host:port/db, rediss:// for TLS, or "
+                             "unix:///path/to/socket."))
+    alias = raw.get("CACHE")
+    if alias is not None:
+        caches = getattr(django_settings, "CACHES", {})
+        if alias not in caches:
+            found.append(Problem("blueque.E005", f"BLUEQUE['CACHE'] names cache {alias!r}, "
+                                 "which CACHES does not define.",
+                                 f"Define CACHES[{alias!r}] or fix the alias."))
+        elif not str(caches[alias].get("BACKEND", "")).startswith("django_redis."):
+            found.append(Problem("blueque.E005", f"BLUEQUE['CACHE'] names cache {alias!r}, "
+                                 f"whose backend {caches[alias].get('BACKEND')!r} is not "
+                                 "django-redis.",
+                                 "Use a cache with BACKEND 'django_redis.cache.RedisCache', "
+                                 "or give BLUEQUE['URL'] instead."))
+    if raw.get("SENTINELS") is not None:
+        sentinels = raw["SENTINELS"]
+        if not (isinstance(sentinels, (list, tuple)) and sentinels and all(
+                isinstance(s, (list, tuple)) and len(s) == 2 for s in sentinels)):
+            found.append(Problem("blueque.E007", "BLUEQUE['SENTINELS'] must be a list of "
+                                 f"(host, port) pairs, not {sentinels!r}.",
+                                 "Example: 'SENTINELS': [('sentinel-1', 26379)]."))
+        if not isinstance(raw.get("SERVICE_NAME"), str) or not raw.get("SERVICE_NAME"):
+            found.append(Problem("blueque.E007", "BLUEQUE['SENTINELS'] needs "
+                                 "BLUEQUE['SERVICE_NAME'], the name of the monitored master.",
+                                 "Example: 'SERVICE_NAME': 'mymaster'."))
+    for name in ("OPTIONS", "SENTINEL_OPTIONS"):
+        if name in raw and not isinstance(raw[name], dict):
+            found.append(Problem("blueque.E008", f"BLUEQUE['{name}'] must be a dict of "
+                                 f"redis-py connection options, not {type(raw[name]).__name__}.",
+                                 "Example: {'socket_timeout': 5, 'health_check_interval': 30}."))
+    prefix = raw.get("PREFIX", DEFAULT_PREFIX)
+    if not valid_name(prefix):
+        found.append(Problem("blueque.E009", f"BLUEQUE['PREFIX'] must be a non-empty string "
+                             f"without spaces, not {prefix!r}.",
+                             "Leave it out to use 'blueque', what blueque 1.0 writes."))
+    found += _policy_problems(raw, "BLUEQUE")
+    queues = raw.get("QUEUES", {})
+    if not isinstance(queues, dict):
+        found.append(Problem("blueque.E010", "BLUEQUE['QUEUES'] must be a dict of queue name to "
+                             "policy overrides.", "Example: {'video.encode': {'TIMEOUT': 7200}}."))
+    else:
+        for queue, policy in queues.items():
+            where = f"BLUEQUE['QUEUES'][{queue!r}]"
+            if not valid_name(queue):
+                found.append(Problem("blueque.E010", f"{where}: invalid queue name.",
+                                     "Queue names are non-empty and have no spaces."))
+            elif not isinstance(policy, dict) or set(policy) - set(POLICY_KEYS):
+                found.append(Problem("blueque.E010", f"{where} must be a dict with keys among "
+                                     f"{', '.join(POLICY_KEYS)}.", f"Got {policy!r}."))
+            else:
+                found += _policy_problems(policy, where)
+    for name in ("SCHEDULER_INTERVAL", "REAPER_INTERVAL", "KILL_GRACE"):
+        if name in raw and not (_number(raw[name]) and raw[name] > 0):
+            found.append(Problem("blueque.E011", f"BLUEQUE['{name}'] must be a number of "
+                                 f"seconds > 0, not {raw[name]!r}.", "Leave it out for the "
+                                 f"default, {DEFAULTS[name]}."))
+    concurrency = raw.get("CONCURRENCY", 1)
+    if not (_number(concurrency, integer=True) and concurrency >= 1):
+        found.append(Problem("blueque.E012", f"BLUEQUE['CONCURRENCY'] must be a whole number "
+                             f">= 1, not {concurrency!r}.", "It is the default for "
+                             "bq_listen --concurrency."))
+    if not isinstance(raw.get("EAGER", False), bool):
+        found.append(Problem("blueque.E013", "BLUEQUE['EAGER'] must be True or False.",
+                             "Set it True in test settings to run tasks inline."))
+    token = raw.get("METRICS_TOKEN")
+    if token is not None and (not isinstance(token, str) or len(token) < 16):
+        found.append(Problem("blueque.E014", "BLUEQUE['METRICS_TOKEN'] must be a string of at "
+                             "least 16 characters.", "Generate one with "
+                             "python -c 'import secrets; print(secrets.token_urlsafe())'."))
+    return found
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated setting. Policy values are seconds (None: no limit / keep forever)."""
+
+    url: str | None
+    cache: str | None
+    options: dict
+    sentinels: list | None
+    service_name: str | None
+    sentinel_options: dict
+    prefix: str
+    retries: int
+    backoff: float
+    timeout: float | None
+    retention: float | None
+    queues: dict = field(default_factory=dict)
+    eager: bool = False
+    concurrency: int = 1
+    kill_grace: float = 10
+    scheduler_interval: float = 1.0
+    reaper_interval: float = 5.0
+    metrics_token: str | None = None
+
+    def policy(self, queue):
+        """{'retries', 'backoff', 'timeout', 'retention'} for a queue: its QUEUES entry over
+        the global defaults."""
+        override = self.queues.get(queue, {})
+        return {name.lower(): override.get(name, getattr(self, name.lower()))
+                for name in POLICY_KEYS}
+
+
+@cache
+def get_settings():
+    found = problems()
+    if found:
+        raise ImproperlyConfigured("; ".join(f"{p.id}: {p.msg}" for p in found))
+    raw = {**DEFAULTS, **getattr(django_settings, "BLUEQUE", {})}
+    if not (raw["URL"] or raw["CACHE"] or raw["SENTINELS"]):
+        raw["URL"] = DEFAULT_URL
+    return Settings(
+        url=raw["URL"], cache=raw["CACHE"], options=dict(raw["OPTIONS"]),
+        sentinels=raw["SENTINELS"], service_name=raw["SERVICE_NAME"],
+        sentinel_options=dict(raw["SENTINEL_OPTIONS"]), prefix=raw["PREFIX"],
+        retries=raw["RETRIES"], backoff=raw["BACKOFF"], timeout=raw["TIMEOUT"],
+        retention=raw["RETENTION"], queues=dict(raw["QUEUES"]), eager=raw["EAGER"],
+        concurrency=raw["CONCURRENCY"], kill_grace=raw["KILL_GRACE"],
+        scheduler_interval=raw["SCHEDULER_INTERVAL"], reaper_interval=raw["REAPER_INTERVAL"],
+        metrics_token=raw["METRICS_TOKEN"])
+
+
+@cache
+def get_client():
+    """The engine Client for the configured Redis (one per process; redis-py's pool is safe
+    across fork)."""
+    conf = get_settings()
+    if conf.cache:
+        from django_redis import get_redis_connection
+
+        return Client(redis_client=get_redis_connection(conf.cache), prefix=conf.prefix)
+    if conf.sentinels:
+        from redis.sentinel import Sentinel
+
+        sentinel = Sentinel([tuple(s) for s in conf.sentinels],
+                            sentinel_kwargs=conf.sentinel_options or None, **conf.options)
+        master = sentinel.master_for(conf.service_name, decode_responses=True, **conf.options)
+        return Client(redis_client=master, prefix=conf.prefix)
+    return Client(conf.url, prefix=conf.prefix, **conf.options)
+
+
+@receiver(setting_changed)
+def _reset(setting, **kwargs):
+    if setting in ("BLUEQUE", "CACHES"):
+        get_settings.cache_clear()
+        get_client.cache_clear()

@@ -1,0 +1,58 @@
+"""What the bq_* commands share: logging set from --log-level, and one clear line (not a
+traceback) when Redis does not answer or the setting is wrong."""
+
+import logging
+import signal
+
+import redis
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+
+from django_blueque.conf import get_client
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class BluequeCommand(BaseCommand):
+    requires_system_checks = ["compatibility"]
+
+    def add_arguments(self, parser):
+        parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, type=str.upper,
+                            help="Level of the django_blueque loggers on stderr (default INFO).")
+
+    def execute(self, *args, **options):
+        try:
+            return super().execute(*args, **options)
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"BLUEQUE setting: {exc}") from None
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise CommandError(f"Redis does not answer: {exc}") from None
+
+    def setup_logging(self, level):
+        """Send django_blueque's loggers to stderr unless the project's LOGGING handles them."""
+        log = logging.getLogger("django_blueque")
+        log.setLevel(level)
+        if not log.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(self.stderr._out)
+            handler.setFormatter(logging.Formatter(LOG_FORMAT))
+            log.addHandler(handler)
+            log.propagate = False
+
+    def ping(self):
+        get_client().redis.ping()
+
+
+class StopFlag:
+    """SIGTERM/SIGINT set it; loops check it between steps."""
+
+    def __init__(self):
+        self.stopped = False
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._stop)
+
+    def _stop(self, signum, frame):
+        self.stopped = True
+
+    def __call__(self):
+        return self.stopped

@@ -1,0 +1,274 @@
+"""``@blueque_task``: one function per queue, as in Blueque's model ("a queue is a list of tasks
+of one type"), and what runs it in the task's process.
+
+Parameters travel as a JSON object of the function's arguments by name, so any program can
+enqueue with one HSET/LPUSH transaction: ``{"video_id": 42}`` from redis-cli works.
+"""
+
+import datetime
+import inspect
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import close_old_connections, connections, transaction
+
+from . import signals
+from .conf import get_client, get_settings
+from .core import client as engine
+from .core import current_task
+from .core.keys import valid_name
+
+logger = logging.getLogger("django_blueque.task")
+
+
+class AlreadyRegistered(Exception):
+    pass
+
+
+class NotRegistered(LookupError):
+    pass
+
+
+_registry = {}
+
+
+def registered_tasks():
+    """{queue name: BluequeTask} of every registered task."""
+    return dict(_registry)
+
+
+def get_task(queue):
+    try:
+        return _registry[queue]
+    except KeyError:
+        raise NotRegistered(f"no @blueque_task is registered for queue {queue!r}") from None
+
+
+def encode_json(value, what):
+    try:
+        return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{what} cannot be encoded as JSON: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """When a periodic task is due: every ``interval`` seconds, or on a ``cron`` expression."""
+
+    interval: float | None = None
+    cron: str | None = None
+
+
+class BluequeTask:
+    """A function registered as the task of one queue. Calling it runs it inline."""
+
+    def __init__(self, func, queue=None, raw=False, retries=None, backoff=None, timeout=None,
+                 retention=None, periodic=None, cron=None):
+        self.func = func
+        self.name = f"{func.__module__}.{func.__qualname__}"
+        self.queue = queue or self.name
+        if not valid_name(self.queue):
+            raise ValueError(f"invalid queue name {self.queue!r} for {self.name}: queue names "
+                             "are non-empty and have no spaces")
+        self.raw = raw
+        self.signature = inspect.signature(func)
+        if not raw:
+            for param in self.signature.parameters.values():
+                if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
+                    raise TypeError(f"{self.name}: parameter {param.name!r} cannot be passed by "
+                                    "name; task arguments travel as a JSON object")
+        # validates the numbers now, at import time, not at the first enqueue
+        self._policy = engine.policy_fields(retries, backoff, timeout, retention)
+        if periodic is not None and cron is not None:
+            raise ValueError(f"{self.name}: give periodic= or cron=, not both")
+        self.periodic = None
+        if periodic is not None:
+            seconds = (periodic.total_seconds() if isinstance(periodic, datetime.timedelta)
+                       else float(periodic))
+            if seconds <= 0:
+                raise ValueError(f"{self.name}: periodic interval must be positive")
+            self.periodic = Periodic(interval=seconds)
+        elif cron is not None:
+            from croniter import croniter
+
+            if not croniter.is_valid(cron):
+                raise ValueError(f"{self.name}: invalid cron expression {cron!r}")
+            self.periodic = Periodic(cron=cron)
+        self.__doc__ = func.__doc__
+        self.__name__ = func.__name__
+        self.__module__ = func.__module__
+        self.__wrapped__ = func
+
+    def __repr__(self):
+        return f"<BluequeTask {self.name} on queue {self.queue!r}>"
+
+    def __call__(self, *args, **kwargs):
+        return self.func(*args, **kwargs)
+
+    # -- producing ------------------------------------------------------------------------------
+
+    def policy(self):
+        """The task's retries, backoff, timeout and retention: its decorator options over the
+        queue's and the global settings."""
+        merged = get_settings().policy(self.queue)
+        merged.update(self._policy)
+        return engine.policy_fields(**merged)
+
+    def encode(self, args, kwargs):
+        """The wire parameters for a call: checked against the signature and JSON-encoded, or
+        TypeError / ValueError naming the argument (before anything is written)."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}: {exc}") from None
+        arguments = {}
+        for name, value in bound.arguments.items():
+            param = self.signature.parameters[name]
+            if param.kind == param.VAR_KEYWORD:
+                arguments.update(value)
+            else:
+                arguments[name] = value
+        for name, value in arguments.items():
+            encode_json(value, f"{self.name}: argument {name!r}")
+        return encode_json(arguments, f"{self.name}: arguments")
+
+    def enqueue(self, *args, **kwargs):
+        """Run the task in a listener; returns its id at once."""
+        parameters = self.encode(args, kwargs)
+        if get_settings().eager:
+            return self._run_eagerly(parameters)
+        task_id = get_client().protocol.enqueue(self.queue, [parameters], self.policy())[0]
+        signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
+        return task_id
+
+    def schedule(self, eta, *args, **kwargs):
+        """Run the task at ``eta`` (aware datetime, timedelta from now, or Unix time)."""
+        when = engine.to_timestamp(eta)
+        parameters = self.encode(args, kwargs)
+        if get_settings().eager:
+            return self._run_eagerly(parameters)
+        task_id = get_client().protocol.schedule(self.queue, parameters, when, self.policy())
+        signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
+        return task_id
+
+    def enqueue_on_commit(self, *args, using=None, **kwargs):
+        """Enqueue when the current transaction of database ``using`` commits (nothing on
+        rollback); returns the task's id at once, so a view can link to it."""
+        parameters = self.encode(args, kwargs)
+        task_id = str(uuid.uuid4())
+
+        def write():
+            if get_settings().eager:
+                self._run_eagerly(parameters, task_id)
+                return
+            get_client().protocol.enqueue(self.queue, [parameters], self.policy(), [task_id])
+            signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
+
+        transaction.on_commit(write, using=using)
+        return task_id
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run_wire(self, task):
+        """Run for a task read from Redis; returns the wire result. Parameters that are not a
+        JSON object of this function's arguments fail this task with a readable error."""
+        if self.raw:
+            return self.func(task)
+        try:
+            arguments = json.loads(task.parameters or "")
+        except ValueError as exc:
+            raise ValueError(f"parameters are not JSON ({exc}): {task.parameters[:200]!r}"
+                             ) from None
+        if not isinstance(arguments, dict):
+            raise TypeError(f"parameters must be a JSON object of {self.name}'s arguments, "
+                            f"not {type(arguments).__name__}: {task.parameters[:200]!r}")
+        try:
+            self.signature.bind(**arguments)
+        except TypeError as exc:
+            raise TypeError(f"parameters do not match {self.name}{self.signature}: {exc}"
+                            ) from None
+        return encode_json(self.func(**arguments), f"{self.name}: the result")
+
+    def _run_eagerly(self, parameters, task_id=None):
+        """EAGER mode: run now, in this process, through the same JSON round trip."""
+        from .results import record_eager
+
+        task_id = task_id or str(uuid.uuid4())
+        task = engine.Task(task_id, {"status": "started", "queue": self.queue,
+                                     "parameters": parameters, "attempts": "1"})
+        signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
+        signals.task_started.send(self, task_id=task_id, attempt=1)
+        try:
+            result = self.run_wire(task)
+        except Exception as exc:
+            record_eager(task, "failed", error=exc)
+            signals.task_failed.send(self, task_id=task_id, error=str(exc),
+                                     error_type=type(exc).__name__)
+        else:
+            record_eager(task, "complete", result=result)
+            signals.task_succeeded.send(self, task_id=task_id, result=result)
+        return task_id
+
+
+def blueque_task(func=None, *, queue=None, raw=False, retries=None, backoff=None, timeout=None,
+                 retention=None, periodic=None, cron=None):
+    """Register a function as the task of one queue.
+
+    ``queue`` defaults to the function's dotted path. ``raw=True`` hands the function the
+    Task itself (with its opaque ``parameters`` string), for queues fed by foreign producers.
+    ``retries``, ``backoff``, ``timeout`` and ``retention`` override the settings; ``periodic``
+    (seconds or timedelta) or ``cron`` makes bq_schedule enqueue it on a schedule.
+    """
+
+    def register(function):
+        task = BluequeTask(function, queue, raw, retries, backoff, timeout, retention,
+                           periodic, cron)
+        existing = _registry.get(task.queue)
+        if existing is not None and existing.func is not function:
+            if existing.name == task.name:
+                # the same module imported twice (e.g. autoreload); keep the newest
+                logger.debug("re-registering %s", task.name)
+            else:
+                raise AlreadyRegistered(f"queue {task.queue!r} already has task {existing.name}; "
+                                        f"cannot register {task.name} for it too")
+        _registry[task.queue] = task
+        return task
+
+    return register(func) if func is not None else register
+
+
+# -- in the listener and the task's process ---------------------------------------------------
+
+def run_task(task):
+    """The ForkingRunner callback: run a task with its registered function, with fresh
+    database connections (never one inherited across fork)."""
+    registered = get_task(task.queue)
+    close_old_connections()
+    running = current_task()
+    signals.task_started.send(registered, task_id=task.id,
+                              attempt=running.attempt if running else 1)
+    try:
+        return registered.run_wire(task)
+    finally:
+        connections.close_all()
+
+
+def task_ended(task, outcome, value, error_type):
+    """After the engine recorded a task's end: send the matching signal."""
+    registered = _registry.get(task.queue)
+    if outcome == "complete":
+        signals.task_succeeded.send(registered, task_id=task.id, result=value)
+    elif outcome == "retry":
+        running = current_task()
+        signals.task_retried.send(registered, task_id=task.id, error=value,
+                                  attempt=running.attempt if running else None)
+    elif outcome == "failed":
+        signals.task_failed.send(registered, task_id=task.id, error=value, error_type=error_type)
+
+
+def close_connections_before_fork():
+    """In the listener: a forked child must not share the parent's database sockets."""
+    connections.close_all()

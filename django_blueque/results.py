@@ -1,0 +1,98 @@
+"""Reading a task's outcome by id: status, decoded result, error, progress, attempts, times."""
+
+import json
+import time
+import traceback
+
+from .conf import get_client, get_settings
+from .core import Task
+from .core.keys import FINISHED
+from .core.protocol import now
+
+_eager_tasks = {}
+
+
+class TaskTimeout(TimeoutError):
+    pass
+
+
+class TaskResult:
+    """What is known of a task. ``status`` is None for an unknown (or deleted) task."""
+
+    def __init__(self, task):
+        self.task = task
+        self.id = task.id
+
+    def __repr__(self):
+        return f"<TaskResult {self.id} {self.status}>"
+
+    def __getattr__(self, name):
+        # every field of the task (status, error, progress, attempts, created, ...) reads through
+        return getattr(self.task, name)
+
+    @property
+    def done(self):
+        """True once the task is complete or failed (``finished`` is the time it ended)."""
+        return self.task.status in FINISHED
+
+    @property
+    def successful(self):
+        return self.task.status == "complete"
+
+    @property
+    def result(self):
+        """The return value, decoded from JSON (the raw string if it is not JSON)."""
+        raw = self.task.result
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+
+    @property
+    def raw_result(self):
+        return self.task.result
+
+    def refresh(self):
+        self.task = _read(self.id)
+        return self
+
+    def wait(self, timeout=None, interval=0.05):
+        """Block until the task finishes; TaskTimeout after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.refresh().done:
+            if self.task.status is None:
+                raise LookupError(f"task {self.id} does not exist")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TaskTimeout(f"task {self.id} still {self.task.status} after {timeout} s")
+            time.sleep(interval)
+            interval = min(interval * 1.5, 1.0)
+        return self
+
+
+def _read(task_id):
+    if task_id in _eager_tasks:
+        return _eager_tasks[task_id]
+    if get_settings().eager:
+        return Task(task_id, {})
+    return get_client().get_task(task_id)
+
+
+def get_result(task_id):
+    """The TaskResult of a task id (status None when there is no such task)."""
+    return TaskResult(_read(task_id))
+
+
+def record_eager(task, status, result=None, error=None):
+    """Keep an eagerly run task's outcome in this process, as Redis would have it."""
+    stamp = repr(now())
+    fields = dict(task.fields, status=status, updated=stamp, finished=stamp)
+    if status == "complete":
+        fields["result"] = result
+    else:
+        kind = type(error)
+        fields.update(error=str(error) or kind.__name__,
+                      error_type=f"{kind.__module__}.{kind.__qualname__}",
+                      traceback="".join(traceback.format_exception(error)))
+    _eager_tasks[task.id] = Task(task.id, fields)
