@@ -49,7 +49,7 @@ def get_task(queue):
 
 def encode_json(value, what):
     try:
-        return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"))
+        return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{what} cannot be encoded as JSON: {exc}") from None
 

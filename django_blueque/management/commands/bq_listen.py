@@ -38,13 +38,13 @@ class Command(BluequeCommand):
         parser.add_argument("--noreload", dest="reload", action="store_false",
                             help="Do not restart on code changes.")
 
-    def handle(self, *queues, **options):
+    def handle(self, **options):
         self.setup_logging(options["log_level"])
         tasks = registered_tasks()
         if not tasks:
             raise CommandError("no @blueque_task is registered: define tasks in an installed "
                                "app's tasks.py")
-        queues = list(queues) or sorted(tasks)
+        queues = options["queues"] or sorted(tasks)
         unknown = [queue for queue in queues if queue not in tasks]
         if unknown:
             raise CommandError(f"no task registered for queue(s) {', '.join(unknown)}; "

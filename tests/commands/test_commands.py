@@ -1,0 +1,150 @@
+"""bq_listen, bq_schedule and bq_reap as real processes against a real Redis."""
+
+import datetime
+import os
+import signal
+import time
+
+import pytest
+from demo.tasks import long_task, report
+
+from django_blueque import get_result
+from tests.django_app.conftest import wait_for
+
+
+def started_count(r, queue="demo.long"):
+    return r.scard(f"blueque_started_tasks_{queue}")
+
+
+def test_burst_drains_the_queues_and_exits_0(manage, blueque):
+    ids = [report.enqueue(title=str(n)) for n in range(5)]
+    result = manage.run("bq_listen", "--burst", "-c", "2")
+    assert result.returncode == 0, result.stderr
+    assert all(get_result(task_id).status == "complete" for task_id in ids)
+    assert "burst done" in result.stderr
+
+
+def test_concurrency_is_respected(manage, blueque, r):
+    ids = [long_task.enqueue(steps=10, delay=0.1) for _ in range(5)]
+    listener = manage.start("bq_listen", "demo.long", "--noreload", "-c", "2")
+    most = 0
+    deadline = time.monotonic() + 30
+    while not all(get_result(t).status == "complete" for t in ids):
+        assert time.monotonic() < deadline, "tasks did not complete"
+        most = max(most, started_count(r))
+        time.sleep(0.02)
+    assert most == 2
+    assert listener.poll() is None
+
+
+def test_sigterm_mid_task_finishes_it_and_exits_cleanly(manage, blueque, r):
+    task_id = long_task.enqueue(steps=10, delay=0.2)
+    waiting = long_task.enqueue(steps=1, delay=0)
+    listener = manage.start("bq_listen", "demo.long", "--noreload", "-c", "1")
+    wait_for(lambda: get_result(task_id).status == "started", what="task start")
+    listener.send_signal(signal.SIGTERM)
+    output, _ = listener.communicate(timeout=30)
+    assert listener.returncode == 0, output
+    assert get_result(task_id).status == "complete"
+    assert get_result(waiting).status == "pending"  # not taken after SIGTERM, not lost
+    assert r.smembers("blueque_listeners_demo.long") == set()
+    assert r.zscore("blueque_queues", "demo.long") == 0
+
+
+def test_second_sigterm_exits_at_once_and_the_task_still_completes(manage, blueque, r):
+    task_id = long_task.enqueue(steps=6, delay=0.5)
+    listener = manage.start("bq_listen", "demo.long", "--noreload", "-c", "1")
+    wait_for(lambda: get_result(task_id).status == "started", what="task start")
+    listener.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    listener.send_signal(signal.SIGTERM)
+    # wait(), not communicate(): the task's process still holds the output pipe
+    assert listener.wait(timeout=5) == 1  # not a clean stop: a task was left running
+    assert get_result(task_id).status == "started"
+    assert get_result(task_id).wait(timeout=30).status == "complete"
+
+
+@pytest.mark.slow
+def test_sigkill_of_listener_and_tasks_is_recovered_by_bq_reap_on_another_node(
+        manage, blueque, r):
+    ids = [long_task.enqueue(steps=600, delay=0.1) for _ in range(2)]
+    listener = manage.start("bq_listen", "demo.long", "--noreload", "-c", "2")
+    wait_for(lambda: started_count(r) == 2, what="two tasks started")
+    children = [int(member.split()[1]) for member in
+                r.smembers("blueque_started_tasks_demo.long")]
+    # the node dies: the listener and its task processes, all at once
+    listener.send_signal(signal.SIGKILL)
+    for pid in children:
+        os.kill(pid, signal.SIGKILL)
+    listener.wait()
+    killed_at = time.monotonic()
+    reaped = []
+
+    def recovered():
+        result = manage.run("bq_reap", "--once")
+        assert result.returncode == 0, result.stderr
+        reaped.append(result.stdout)
+        return all(get_result(t).status == "failed" for t in ids)
+
+    wait_for(recovered, timeout=40, what="recovery by bq_reap")
+    assert time.monotonic() - killed_at < 35
+    for task_id in ids:
+        assert get_result(task_id).error.startswith("listener lost")
+    output = "".join(reaped)
+    assert "released listener" in output and "failed" in output
+    assert r.smembers("blueque_listeners_demo.long") == set()
+    assert r.scard("blueque_started_tasks_demo.long") == 0
+
+
+def test_bq_schedule_moves_a_scheduled_task_on_time(manage, blueque):
+    task_id = report.schedule(datetime.timedelta(seconds=1.5), title="on time")
+    scheduler = manage.start("bq_schedule", "--interval", "0.5")
+    due = time.time() + 1.5
+    wait_for(lambda: get_result(task_id).status == "pending", timeout=10, what="move")
+    assert time.time() - due < 1.5  # within its interval (plus process start slack)
+    scheduler.send_signal(signal.SIGTERM)
+    assert scheduler.wait(10) == 0
+
+
+def test_bq_schedule_once(manage, blueque, r):
+    task_id = report.schedule(time.time() + 0.2, title="x")
+    time.sleep(0.3)
+    result = manage.run("bq_schedule", "--once")
+    assert result.returncode == 0, result.stderr
+    assert "moved 1 due task" in result.stdout
+    assert r.lrange("blueque_pending_tasks_demo.report", 0, -1) == [task_id]
+
+
+def test_bq_reap_dry_run_changes_nothing(manage, blueque, r):
+    dead = "gone-host_999999"
+    r.zadd("blueque_queues", {"demo.long": 1})
+    r.sadd("blueque_listeners_demo.long", dead)
+    r.zadd("blueque_listener_leases_demo.long", {dead: time.time() - 60})
+    r.lpush(f"blueque_reserved_tasks_demo.long_{dead}", "some-id")
+    before = {key: r.dump(key) for key in r.keys("*")}
+    result = manage.run("bq_reap", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "would release listener" in result.stdout and dead in result.stdout
+    assert {key: r.dump(key) for key in r.keys("*")} == before
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["bq_listen", "no.such.queue"], "no task registered for queue(s) no.such.queue"),
+    (["bq_listen", "--concurrency", "0"], "--concurrency must be at least 1"),
+    (["bq_schedule", "--interval", "-1"], "--interval must be positive"),
+    (["bq_reap", "--interval", "-1"], "--interval must be positive"),
+])
+def test_bad_arguments_exit_non_zero_with_one_clear_line(manage, blueque, args, needle):
+    result = manage.run(*args)
+    assert result.returncode != 0
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_redis_not_answering_is_one_clear_line(manage):
+    manage.env["BLUEQUE_URL"] = "redis://127.0.0.1:1/0"
+    result = manage.run("bq_listen", "--noreload", "--burst")
+    assert result.returncode != 0
+    assert "Redis does not answer" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,168 @@
+"""@blueque_task: registration, enqueueing with checked JSON arguments, results, eager mode."""
+
+import datetime
+import decimal
+import json
+import uuid
+
+import pytest
+import redis
+from demo.tasks import failing_task, long_task, report
+from django.db import connection, transaction
+
+from django_blueque import blueque_task, get_result, signals
+from django_blueque.registry import AlreadyRegistered, BluequeTask, get_task, registered_tasks
+
+
+def test_default_queue_is_the_dotted_path_and_function_stays_callable():
+    @blueque_task
+    def add(a, b=1):
+        return a + b
+
+    assert isinstance(add, BluequeTask)
+    assert add.queue == f"{__name__}.test_default_queue_is_the_dotted_path_and_function_stays_callable.<locals>.add"
+    assert add(2, b=3) == 5
+    assert get_task(add.queue) is add
+
+
+def test_two_functions_for_one_queue_is_an_error_naming_both():
+    @blueque_task(queue="tests.shared")
+    def first():
+        pass
+
+    with pytest.raises(AlreadyRegistered) as caught:
+        @blueque_task(queue="tests.shared")
+        def second():
+            pass
+    assert "first" in str(caught.value) and "second" in str(caught.value)
+
+
+def test_autodiscovery_registered_the_demo_tasks():
+    assert {"demo.long", "demo.fail", "demo.flaky", "demo.report", "demo.tick"} <= set(
+        registered_tasks())
+
+
+def test_enqueue_writes_plain_json_with_the_protocol_fields(blueque, r):
+    task_id = long_task.enqueue(steps=3, delay=0.5)
+    uuid.UUID(task_id)
+    fields = r.hgetall(f"blueque_task_{task_id}")
+    assert json.loads(fields["parameters"]) == {"steps": 3, "delay": 0.5}
+    assert fields["status"] == "pending" and fields["queue"] == "demo.long"
+    assert fields["timeout"] == "3600"
+    assert r.lrange("blueque_pending_tasks_demo.long", 0, -1) == [task_id]
+    assert r.zscore("blueque_queues", "demo.long") == 0
+
+
+def test_positional_arguments_are_sent_by_name(blueque, r):
+    task_id = long_task.enqueue(4)
+    assert json.loads(r.hget(f"blueque_task_{task_id}", "parameters")) == {"steps": 4}
+
+
+def test_django_json_types_are_allowed(blueque, r):
+    task_id = report.enqueue(title=decimal.Decimal("1.5"))
+    assert json.loads(r.hget(f"blueque_task_{task_id}", "parameters")) == {"title": "1.5"}
+
+
+@pytest.mark.parametrize("call,error,needle", [
+    (lambda: long_task.enqueue(stepz=3), TypeError, "stepz"),
+    (lambda: long_task.enqueue(1, 2, 3), TypeError, "too many"),
+    (lambda: long_task.enqueue(steps=object()), TypeError, "'steps'"),
+    (lambda: long_task.enqueue(steps={1, 2}), TypeError, "'steps'"),
+    (lambda: long_task.enqueue(delay=float("nan")), ValueError, "'delay'"),
+    (lambda: report.schedule(datetime.datetime(2030, 1, 1), title="x"), ValueError, "aware"),
+    (lambda: report.schedule("tomorrow", title="x"), TypeError, "eta"),
+])
+def test_bad_arguments_fail_at_enqueue_and_write_nothing(blueque, r, call, error, needle):
+    with pytest.raises(error, match=needle):
+        call()
+    assert r.dbsize() == 0
+
+
+def test_schedule_with_timedelta_and_aware_datetime(blueque, r):
+    soon = report.schedule(datetime.timedelta(seconds=60), title="a")
+    later = report.schedule(datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC), title="b")
+    scheduled = dict(r.zrange("blueque_scheduled_tasks_demo.report", 0, -1, withscores=True))
+    assert set(scheduled) == {soon, later}
+    assert scheduled[later] == datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC).timestamp()
+    assert r.hget(f"blueque_task_{soon}", "status") == "scheduled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_commit_writes_only_when_the_transaction_commits(blueque, r):
+    with transaction.atomic():
+        task_id = long_task.enqueue_on_commit(steps=2)
+        assert r.exists(f"blueque_task_{task_id}") == 0
+    assert r.hget(f"blueque_task_{task_id}", "status") == "pending"
+    assert r.lrange("blueque_pending_tasks_demo.long", 0, -1) == [task_id]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_commit_writes_nothing_on_rollback(blueque, r):
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            long_task.enqueue_on_commit(steps=2)
+            raise RuntimeError("rolled back")
+    assert r.dbsize() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_commit_checks_arguments_at_once(blueque, r):
+    with transaction.atomic():
+        with pytest.raises(TypeError, match="'steps'"):
+            long_task.enqueue_on_commit(steps=object())
+    assert r.dbsize() == 0
+
+
+def test_enqueue_sends_the_enqueued_signal(blueque):
+    seen = []
+
+    def receiver(sender, task_id, arguments, **kwargs):
+        seen.append((sender, task_id, arguments))
+
+    signals.task_enqueued.connect(receiver)
+    try:
+        task_id = report.enqueue(title="x")
+    finally:
+        signals.task_enqueued.disconnect(receiver)
+    assert seen == [(report, task_id, '{"title":"x"}')]
+
+
+def test_eager_mode_runs_inline_with_the_same_checks_and_results(settings, redis_url, r):
+    settings.BLUEQUE = {"URL": "redis://127.0.0.1:1/0", "EAGER": True}  # no Redis needed
+    ok = report.enqueue(title="inline")
+    result = get_result(ok)
+    assert result.status == "complete" and result.result["title"] == "inline"
+    failed = get_result(failing_task.enqueue(message="boom"))
+    assert failed.status == "failed" and failed.error == "boom"
+    assert failed.error_type == "builtins.RuntimeError" and "RuntimeError" in failed.traceback
+    with pytest.raises(TypeError, match="'steps'"):
+        long_task.enqueue(steps=object())
+    assert r.dbsize() == 0
+
+
+def test_unknown_task_reads_status_none(blueque):
+    assert get_result(str(uuid.uuid4())).status is None
+
+
+def test_cache_option_reuses_a_django_redis_cache(settings, redis_url, r):
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache",
+                                   "LOCATION": redis_url}}
+    settings.BLUEQUE = {"CACHE": "default"}
+    task_id = report.enqueue(title="via cache")
+    assert r.hget(f"blueque_task_{task_id}", "queue") == "demo.report"
+    from django.core.cache import cache
+
+    cache.set("still-bytes", 1)  # the cache keeps working on its own (bytes) connection
+    assert cache.get("still-bytes") == 1
+
+
+def test_redis_down_raises_a_connection_error_at_use(settings):
+    settings.BLUEQUE = {"URL": "redis://127.0.0.1:1/0"}
+    with pytest.raises(redis.ConnectionError):
+        report.enqueue(title="x")
+
+
+def test_database_alias_is_passed_to_on_commit(blueque):
+    with pytest.raises(Exception, match="nope"):
+        report.enqueue_on_commit(title="x", using="nope")
+    assert connection.alias == "default"
