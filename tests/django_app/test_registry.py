@@ -20,7 +20,8 @@ def test_default_queue_is_the_dotted_path_and_function_stays_callable():
         return a + b
 
     assert isinstance(add, BluequeTask)
-    assert add.queue == f"{__name__}.test_default_queue_is_the_dotted_path_and_function_stays_callable.<locals>.add"
+    assert add.queue == f"{add.func.__module__}.{add.func.__qualname__}"
+    assert add.queue.startswith(__name__ + ".test_default_queue")
     assert add(2, b=3) == 5
     assert get_task(add.queue) is add
 
