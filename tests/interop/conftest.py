@@ -68,6 +68,8 @@ def bq1_python():
     python = target / "bin" / "python"
     with open(root / f"{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel sessions (xdist, two checkouts) build once
+        for stale in root.glob(f"{target.name}.build-*"):  # left by an interrupted build
+            shutil.rmtree(stale, ignore_errors=True)
         if installed_version(python) != BLUEQUE_VERSION:
             build_venv(target)
         version = installed_version(python)
@@ -93,6 +95,17 @@ def bq1(bq1_python, redis_url):
     def run(command, *args):
         argv = [bq1_python, "-I", BQ1_SCRIPT, command, redis_url, *args]
         return run_json([str(a) for a in argv], env=bq1_env())
+
+    return run
+
+
+@pytest.fixture
+def ours(redis_url):
+    """Run one-shot commands of ours_script.py: ours("reserve-and-die", "q") -> its JSON."""
+
+    def run(command, *args):
+        argv = [sys.executable, OURS_SCRIPT, command, redis_url, *args]
+        return run_json([str(a) for a in argv], env=ours_env())
 
     return run
 

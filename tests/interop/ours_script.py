@@ -2,6 +2,10 @@
 with the same task callback as bq1_script.py::
 
     python ours_script.py run-forking-runner URL QUEUE [--concurrency N]   -> blocks; SIGTERM stops
+    python ours_script.py reserve-and-die URL QUEUE    -> {"listener": ..., "task": ...}
+
+reserve-and-die plays a listener of ours that crashes between reserving a task and starting it:
+it registers, reserves one task with blueque 1.0's Listener API, and exits without a word.
 """
 
 import argparse
@@ -46,9 +50,18 @@ def main(argv=None):
     run.add_argument("url")
     run.add_argument("queue")
     run.add_argument("--concurrency", type=int, default=2)
+    die = commands.add_parser("reserve-and-die")
+    die.add_argument("url")
+    die.add_argument("queue")
     args = parser.parse_args(argv)
 
     client = Client(args.url)
+    if args.command == "reserve-and-die":
+        listener = client.get_listener(args.queue)
+        task = listener.listen()
+        print(json.dumps({"listener": listener.id, "task": task.id}), flush=True)
+        os._exit(0)  # no stop(), no start(): as if killed
+
     runner = ForkingRunner(client, args.queue, make_callback(args.url, "ours"),
                            concurrency=args.concurrency)
     print(json.dumps({"pid": os.getpid()}), flush=True)

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 import redis
 
-from django_blueque.core import Client
+from django_blueque.core import Client, reap
 from tests.interop.helpers import RUNS_KEY, snapshot, wait_for
 
 pytestmark = pytest.mark.interop
@@ -147,8 +147,6 @@ def test_blueque1_reads_our_extra_fields(bq1, r, redis_url):
 
 def test_blueque1_runner_beside_our_listener(bq1, r, redis_url, start_our_runner,
                                              start_bq1_runner):
-    from django_blueque.core import reap
-
     client = Client(redis_url)
     ours = start_our_runner(Q)
     our_listener = wait_listener(r, ours)
@@ -203,6 +201,38 @@ def test_blueque1_runner_beside_our_listener(bq1, r, redis_url, start_our_runner
     assert r.llen(reserved_key(bq1_listener)) == 0 and r.llen(reserved_key(our_listener)) == 0
 
 
+def test_we_leave_alone_a_task_blueque1_reclaimed_from_our_dead_listener(
+        bq1, ours, r, redis_url, start_bq1_runner):
+    """Our listener dies between reserve and start; a blueque 1.0 runner starting on the same
+    host reclaims the task (claim_orphan: our pid is gone) and runs it. While it runs, our
+    reaper must not fail or requeue it: its runner is alive and its task process is running."""
+    client = Client(redis_url)
+    parameters = params(sleep=3)
+    task_id = client.get_queue(Q).enqueue(parameters)
+    dead = ours("reserve-and-die", Q)
+    assert dead["task"] == task_id
+    assert r.hget(task_key(task_id), "status") == "reserved"
+
+    bq1_runner = start_bq1_runner(Q)
+    bq1_listener = bq1_runner.first_json_line()["listener"]
+    wait_for(lambda: r.hget(task_key(task_id), "status") == "started", 10,
+             lambda: f"{r.hgetall(task_key(task_id))}\n{bq1_runner.describe()}")
+    assert dead["listener"] not in r.smembers(LISTENERS)  # released by blueque 1.0
+    running = r.hgetall(task_key(task_id))
+    assert running["reclaimed_node"] == bq1_listener
+    [(worker, _, pid)] = runs(r)
+    assert (worker, running["pid"]) == ("bq1", pid)
+
+    actions = reap(client)
+    assert not [a for a in actions if a.task_id == task_id], actions
+    assert r.hget(task_key(task_id), "status") == "started", r.hgetall(task_key(task_id))
+
+    task = wait_finished(r, [task_id], bq1_runner)[task_id]
+    assert (task["status"], task["result"]) == ("complete", f"bq1:{parameters}"), task
+    assert r.lrange(COMPLETE, 0, -1) == [task_id] and r.llen(FAILED) == 0
+    assert len(runs(r)) == 1
+
+
 # 4 -----------------------------------------------------------------------------------------------
 
 def finish_two(r, enqueue, start_runner, worker):
@@ -239,8 +269,15 @@ def test_we_delete_tasks_blueque1_finished(bq1, r, redis_url, start_bq1_runner):
     assert bq1("get-task", ok)["status"] is None and bq1("get-task", bad)["status"] is None
 
 
+ETA_DELAY = 3.0  # seconds: long enough for two blueque 1.0 subprocesses to run before it
+
+
+def still_before(eta):
+    assert time.time() < eta, "too slow: the eta passed before the not-yet-due check"
+
+
 def wait_until(eta):
-    wait_for(lambda: time.time() > eta + 0.05, 5, "eta")
+    wait_for(lambda: time.time() > eta + 0.05, ETA_DELAY + 5, "eta")
 
 
 def check_scheduled(r, task_id, eta):
@@ -260,11 +297,12 @@ def check_moved(r, task_id, eta):
 
 def test_we_enqueue_due_tasks_blueque1_scheduled(bq1, r, redis_url):
     queue = Client(redis_url).get_queue(Q)
-    eta, later = time.time() + 1, time.time() + 3600
+    eta, later = time.time() + ETA_DELAY, time.time() + 3600
     due = bq1("schedule", Q, "due", repr(eta))["id"]
     not_due = bq1("schedule", Q, "not due", repr(later))["id"]
 
     queue.enqueue_due_tasks()  # not due yet
+    still_before(eta)
     check_scheduled(r, due, eta)
     wait_until(eta)
     queue.enqueue_due_tasks()
@@ -278,11 +316,12 @@ def test_we_enqueue_due_tasks_blueque1_scheduled(bq1, r, redis_url):
 def test_blueque1_enqueues_due_tasks_we_scheduled(bq1, r, redis_url):
     client = Client(redis_url)
     queue = client.get_queue(Q)
-    eta, later = time.time() + 1, time.time() + 3600
+    eta, later = time.time() + ETA_DELAY, time.time() + 3600
     due, not_due = queue.schedule("due", eta), queue.schedule("not due", later)
     assert_bq1_reads(bq1, due, {"status": "scheduled", "queue": Q, "parameters": "due"})
 
     bq1("enqueue-due", Q)  # not due yet
+    still_before(eta)
     check_scheduled(r, due, eta)
     wait_until(eta)
     bq1("enqueue-due", Q)
