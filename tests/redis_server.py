@@ -1,14 +1,22 @@
 """A private redis-server for the tests: started from the real binary on a free port, in its own
 temporary directory, so the suite never touches data it did not create."""
 
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
 
 import redis
+
+
+def _die_with_parent():
+    """In the child before exec: the kernel sends SIGTERM to redis-server when the test process
+    dies, however it dies, so no server outlives its tests."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port():
@@ -36,7 +44,7 @@ class RedisServer:
         self.process = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", self.dir, "--daemonize", "no", "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + 10
         client = redis.Redis(port=self.port)

@@ -14,6 +14,7 @@ import redis
 import redis.sentinel
 
 from . import keys as k
+from .context import RunningTask, set_current_task
 from .protocol import HEARTBEAT_TTL, Protocol, check_wire_value, new_token
 
 logger = logging.getLogger("django_blueque.engine")
@@ -50,11 +51,31 @@ def policy_fields(retries=None, backoff=None, timeout=None, retention=None):
     return fields
 
 
+try:
+    from redis.driver_info import DriverInfo
+except ImportError:  # redis-py < 7 computes its driver name once, at import
+    DriverInfo = None
+
+
+def engine_options():
+    """Connection options of every engine client: strings, not bytes, with invalid UTF-8
+    from a foreign producer replaced rather than raised (it must never crash a listener or a
+    page); and the driver name computed once, since redis-py 7+ otherwise looks its own
+    version up for every new connection, which costs each forked task process milliseconds."""
+    options = {"decode_responses": True, "encoding_errors": "replace"}
+    if DriverInfo is not None:
+        options["driver_info"] = _DRIVER_INFO
+    return options
+
+
+_DRIVER_INFO = DriverInfo() if DriverInfo is not None else None
+
+
 def decoding_twin(redis_client):
-    """A client on the same server and options as ``redis_client`` that decodes responses, with
-    its own pool (the original's users, e.g. a cache, keep getting bytes)."""
+    """A client on the same server and options as ``redis_client`` with the engine's options,
+    and its own pool (the original's users, e.g. a cache, keep getting bytes)."""
     pool = redis_client.connection_pool
-    options = dict(pool.connection_kwargs, decode_responses=True)
+    options = dict(pool.connection_kwargs, **engine_options())
     if isinstance(pool, redis.sentinel.SentinelConnectionPool):
         options.pop("connection_pool", None)
         twin = redis.sentinel.SentinelConnectionPool(pool.service_name, pool.sentinel_manager,
@@ -68,16 +89,15 @@ def decoding_twin(redis_client):
 class Client:
     """The connection to a Blueque system; makes the other objects.
 
-    ``Client(url)`` as in blueque 1.0, or ``Client(redis=an_existing_redis_client)``. The
-    client must decode responses (strings, not bytes); for one that does not, a twin that does
-    is made on the same server and options.
+    ``Client(url)`` as in blueque 1.0, or ``Client(redis_client=an_existing_client)``, whose
+    server and options are used through a pool of the engine's own (see engine_options).
     """
 
     def __init__(self, url=None, *, redis_client=None, prefix=k.DEFAULT_PREFIX, **kwargs):
         if redis_client is None:
             redis_client = redis.Redis.from_url(url or "redis://localhost:6379/0",
-                                                decode_responses=True, **kwargs)
-        elif not redis_client.get_encoder().decode_responses:
+                                                **{**engine_options(), **kwargs})
+        else:
             redis_client = decoding_twin(redis_client)
         self.redis = redis_client
         self.protocol = Protocol(redis_client, prefix)
@@ -207,10 +227,11 @@ class Listener:
         self.beat()
 
     def beat(self):
-        """Renew the heartbeat (registering if needed); returns ids of tasks to cancel."""
-        cancels = self._protocol.heartbeat(self.id, [self.queue], self._info)
+        """Renew the heartbeat, registering with the listener's info when needed."""
+        registered, _ = self._protocol.heartbeat(self.id, [self.queue], collect_cancels=False)
+        if registered:
+            self._protocol.heartbeat(self.id, [self.queue], self._info, collect_cancels=False)
         self._next_beat = time.monotonic() + HEARTBEAT_TTL / 3
-        return cancels
 
     def listen(self):
         """Block until a task is reserved for this listener; returns it."""
@@ -251,12 +272,14 @@ class Processor:
     """
 
     def __init__(self, client, task):
+        self._client = client
         self._protocol = client.protocol
         self._task_id = task.id
         self._queue = task.queue
         self._listener_id = task.node
         self._pid = task.pid
         self._token = task.lease
+        self._running = None
 
     @property
     def token(self):
@@ -270,8 +293,16 @@ class Processor:
             self._token = new_token()
             self._protocol.redis.hset(self._protocol.keys.task(self._task_id),
                                       "lease", self._token)
-        return self._protocol.start(self._queue, self._task_id, self._listener_id, pid,
-                                    self._token) == 1
+        started = self._protocol.start(self._queue, self._task_id, self._listener_id, pid,
+                                       self._token)
+        if not isinstance(started, dict):
+            return False
+        if pid == os.getpid():
+            # the running process keeps the lease alive, as the forking runner's children do
+            self._running = RunningTask(self._protocol, Task(self._task_id, started), self._token)
+            set_current_task(self._running)
+            self._running.keep_lease(os.getppid(), own_process=False)
+        return True
 
     def complete(self, result):
         return self._finish(k.COMPLETE, result)
@@ -281,6 +312,9 @@ class Processor:
 
     def _finish(self, outcome, value, error_type="", traceback="", retryable=True):
         check_wire_value("result" if outcome == k.COMPLETE else "error", value)
+        if self._running is not None:
+            self._running.finished.set()
+            set_current_task(None)
         return self._protocol.finish(self._queue, self._task_id, self._listener_id, self._pid,
                                      self._token, outcome, value, error_type, traceback,
                                      retryable)

@@ -1,6 +1,15 @@
 """What a task's code can reach while it runs, without anything passed through its arguments."""
 
+import logging
+import os
+import signal
 import threading
+
+import redis
+
+from .protocol import LEASE_TTL
+
+logger = logging.getLogger("django_blueque.task")
 
 _current = None  # a process runs one task at a time: the forked child sets it once
 
@@ -25,6 +34,7 @@ class RunningTask:
         self.attempt = task.attempts or 1  # counted when the run started
         self.cancel_requested = threading.Event()
         self.lease_lost = threading.Event()
+        self.finished = threading.Event()
 
     def report_progress(self, percent, message=""):
         """Record how far the task is (0..100) and a message anyone can read."""
@@ -38,6 +48,37 @@ class RunningTask:
     def should_stop(self):
         """True once someone asked to cancel this task: a long task can end cleanly."""
         return self.cancel_requested.is_set() or self.lease_lost.is_set()
+
+    def keep_lease(self, parent_pid, own_process=True):
+        """Renew the lease from a daemon thread until ``finished`` is set. ``own_process``: the
+        process exists for this task alone (the forking runner's children), so it may stop
+        itself when the lease is lost or a cancellation finds its listener gone."""
+        threading.Thread(target=self._keep_lease, args=(parent_pid, own_process),
+                         name="blueque-lease", daemon=True).start()
+
+    def _keep_lease(self, parent_pid, own_process):
+        """Losing the lease means the task was handed to someone else: stop at once, so it
+        never runs twice. A cancellation seen here is flagged for ``should_stop()``; if the
+        listener that would stop this process is gone, the process stops itself."""
+        while not self.finished.wait(LEASE_TTL / 3):
+            try:
+                held, cancel = self._protocol.renew_lease(self.id, self.token)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                logger.warning("task %s: could not renew its lease (%s)", self.id, exc)
+                continue
+            if not held:
+                self.lease_lost.set()
+                logger.error("task %s: lease lost (the task was recovered elsewhere)%s",
+                             self.id, "; stopping this process" if own_process else "")
+                if not own_process:
+                    return
+                if os.getpgrp() == os.getpid():
+                    os.killpg(os.getpid(), signal.SIGKILL)  # its subprocesses too
+                os.kill(os.getpid(), signal.SIGKILL)
+            if cancel and not self.cancel_requested.is_set():
+                self.cancel_requested.set()
+                if own_process and os.getppid() != parent_pid:
+                    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def current_task():

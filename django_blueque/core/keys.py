@@ -52,10 +52,16 @@ def valid_name(name):
     return isinstance(name, str) and bool(_SAFE_NAME.match(name))
 
 
+def _valid_pid(text):
+    """A pid as written by someone else: ASCII digits, 1 .. 2**31 - 1 (a bigger number makes
+    os.kill() raise OverflowError; 0 would mean the caller's own process group)."""
+    return text.isascii() and text.isdigit() and len(text) <= 10 and 0 < int(text) < 2**31
+
+
 def parse_listener_id(listener_id):
     """``(host, pid)`` of a listener id ``<host>_<pid>``, or None if it is malformed."""
     host, sep, pid = listener_id.rpartition("_")
-    if not sep or not host or not pid.isdigit():
+    if not sep or not host or not _valid_pid(pid):
         return None
     return host, int(pid)
 
@@ -63,7 +69,7 @@ def parse_listener_id(listener_id):
 def parse_started_member(member):
     """``(listener_id, pid, task_id)`` of a started-set member, or None if it is malformed."""
     parts = member.split(" ")
-    if len(parts) != 3 or not parts[1].isdigit():
+    if len(parts) != 3 or not _valid_pid(parts[1]):
         return None
     return parts[0], int(parts[1]), parts[2]
 

@@ -133,12 +133,12 @@ def recover_lost_tasks(client, queues=None, dry_run=False, hostname=None):
         return []
     with redis.pipeline(transaction=False) as pipe:
         for _queue, _member, _listener, _pid, task_id, _listeners in candidates:
-            pipe.hmget(keys.task(task_id), "status", "lease")
+            pipe.hmget(keys.task(task_id), "status", "lease", "reclaimed_node")
             pipe.exists(keys.lease(task_id))
         states = pipe.execute()
     actions = []
     for index, (queue, member, listener_id, pid, task_id, listeners) in enumerate(candidates):
-        (status, token), lease_alive = states[2 * index], states[2 * index + 1]
+        (status, token, reclaimed), lease_alive = states[2 * index], states[2 * index + 1]
         if status is None:
             if not dry_run:
                 redis.srem(keys.started(queue), member)
@@ -146,6 +146,8 @@ def recover_lost_tasks(client, queues=None, dry_run=False, hostname=None):
             continue
         if status != k.STARTED:
             continue
+        if reclaimed:
+            token = ""  # taken over by a blueque 1.0 worker: its process holds no lease
         if token:
             if lease_alive:
                 continue
@@ -159,7 +161,7 @@ def recover_lost_tasks(client, queues=None, dry_run=False, hostname=None):
             actions.append(Action(queue, "would fail or retry", why, task_id))
             continue
         outcome = client.protocol.finish(queue, task_id, listener_id, pid, token, k.FAILED, why,
-                                         error_type="ListenerLost")
+                                         error_type="ListenerLost", lapsed_only=True)
         if outcome != "stale":
             actions.append(Action(queue, "retried" if outcome == "retry" else "failed", why,
                                   task_id))

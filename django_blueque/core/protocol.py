@@ -53,15 +53,15 @@ class Protocol:
         self.redis = redis_client
         self.keys = k.Keys(prefix)
         self._task_prefix = self.keys.task("")
-        self._scripts = {}
+        # all read now, so a forked task process finds them ready (it runs EVALSHA at once)
+        self._scripts = {
+            path.name[:-4]: self.redis.register_script(path.read_text())
+            for path in resources.files(__package__).joinpath("lua").iterdir()
+            if path.name.endswith(".lua")}
 
     def script(self, name):
-        """A Lua script of lua/, registered once and then run by EVALSHA."""
-        script = self._scripts.get(name)
-        if script is None:
-            source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
-            script = self._scripts[name] = self.redis.register_script(source)
-        return script
+        """A Lua script of lua/, run by EVALSHA (and loaded by redis-py when Redis lacks it)."""
+        return self._scripts[name]
 
     # -- producers -------------------------------------------------------------------------
 
@@ -111,16 +111,20 @@ class Protocol:
 
     # -- listeners -------------------------------------------------------------------------
 
-    def heartbeat(self, listener_id, queues, info=None, ttl=HEARTBEAT_TTL):
-        """Register or renew a listener on its queues; returns the task ids it must cancel."""
+    def heartbeat(self, listener_id, queues, info=None, collect_cancels=True,
+                  ttl=HEARTBEAT_TTL):
+        """Register or renew a listener on its queues, writing ``info`` (fields of its info
+        hash) if given. Returns ``(registered, cancels)``: whether this beat (re-)registered it
+        (its info must then be written whole) and the task ids it must cancel."""
         keys = [self.keys.queues, self.keys.listener_info(listener_id),
                 self.keys.cancels(listener_id)]
         for queue in queues:
             keys += [self.keys.listeners(queue), self.keys.listener_leases(queue)]
-        args = [listener_id, encode_time(now()), ttl, *queues]
+        args = [listener_id, encode_time(now()), ttl, "1" if collect_cancels else "0", *queues]
         for field, value in (info or {}).items():
             args += [field, str(value)]
-        return self.script("heartbeat")(keys=keys, args=args)
+        registered, cancels = self.script("heartbeat")(keys=keys, args=args)
+        return bool(registered), cancels
 
     def release_listener(self, listener_id, queue, own=False):
         """Unregister a listener from one queue and requeue its unstarted tasks.
@@ -162,18 +166,23 @@ class Protocol:
 
     def start(self, queue, task_id, listener_id, pid, token, lease_ttl=LEASE_TTL):
         """MULTI; SADD started "L pid id"; HSET task status started pid P; EXEC, guarded by
-        the reservation token and taking the task's lease. Returns 1 (go), 0 (not ours any
-        more) or -1 (cancelled while reserved: recorded as failed)."""
-        return self.script("start")(
+        the reservation token and taking the task's lease. Returns the task's fields (go), 0
+        (not ours any more) or -1 (cancelled while reserved: recorded as failed)."""
+        started = self.script("start")(
             keys=[self.keys.task(task_id), self.keys.started(queue), self.keys.lease(task_id),
                   self.keys.reserved(queue, listener_id), self.keys.failed(queue)],
             args=[task_id, self.keys.started_member(listener_id, pid, task_id), pid, token,
                   encode_time(now()), int(lease_ttl * 1000)])
+        if isinstance(started, list):
+            return dict(zip(started[::2], started[1::2], strict=True))
+        return started
 
     def finish(self, queue, task_id, listener_id, pid, token, outcome, value,
-               error_type="", traceback="", retryable=True, default_retention=None):
+               error_type="", traceback="", retryable=True, default_retention=None,
+               lapsed_only=False):
         """blueque 1.0's complete or fail transaction (LREM reserved; SREM started; HSET task;
         LPUSH complete|failed), guarded by the token, applying the retry policy on failure.
+        ``lapsed_only``: the reaper's recovery, refused if the task's lease is held again.
         Returns 'complete', 'failed', 'retry' or 'stale'."""
         check_wire_value("result" if outcome == k.COMPLETE else "error", value)
         return self.script("finish")(
@@ -184,7 +193,8 @@ class Protocol:
                                                                    task_id),
                   encode_time(now()), outcome, value, error_type or "", traceback or "",
                   "1" if retryable else "0",
-                  "" if default_retention is None else default_retention])
+                  "" if default_retention is None else default_retention,
+                  "1" if lapsed_only else "0"])
 
     def renew_lease(self, task_id, token, lease_ttl=LEASE_TTL):
         """Extend a running task's lease. Returns ``(held, cancel requested)``."""
@@ -244,3 +254,53 @@ class Protocol:
 
     def queue_names(self):
         return self.redis.zrange(self.keys.queues, 0, -1)
+
+    # -- operators (the admin) -------------------------------------------------------------
+
+    def window(self, key, kind, start, stop, fields, limit, task_ids=(), redis_client=None):
+        """One page of tasks for a list screen in one round trip, nothing written: the ids of
+        ``key[start:stop]`` (kind 'list': LRANGE; 'zset': ZREVRANGE with scores) or
+        ``task_ids`` (kind 'ids'), and their ``fields``, values cut to ``limit`` bytes.
+        Returns ``[(id, score or None, {field: value or None})]``. ``redis_client`` reads
+        through another client of the same server (e.g. one decoding leniently)."""
+        reply = self.script("window")(
+            keys=[key or self.keys.queues],
+            args=[kind, start, stop, self._task_prefix, limit, len(fields), *fields, *task_ids],
+            client=redis_client)
+        width = 2 + len(fields)
+        rows = []
+        for index in range(0, len(reply), width):
+            values = reply[index + 2:index + width]
+            rows.append((reply[index], reply[index + 1], dict(zip(fields, values, strict=True))))
+        return rows
+
+    def run_now(self, queue, task_id):
+        """Send a scheduled task to its queue before its eta, to be taken next."""
+        return bool(self.script("run_now")(
+            keys=[self.keys.task(task_id), self.keys.scheduled(queue), self.keys.pending(queue)],
+            args=[task_id, encode_time(now())]))
+
+    def bulk_start(self, job_id, action, queue, state, user, keep):
+        """Begin retrying ('retry') or deleting ('delete') every task of a finished list, in
+        batches; False if that job is already running. ``keep``: seconds its record stays
+        once it ended."""
+        if action not in ("retry", "delete") or state not in k.FINISHED or (
+                action == "retry" and state != k.FAILED):
+            raise ValueError(f"no bulk action {action!r} on {state!r} tasks")
+        return bool(self.script("bulk_start")(
+            keys=[self.keys.bulk_job(job_id), self.keys.finished(queue, state)],
+            args=[action, queue, state, user, encode_time(now()), int(keep)]))
+
+    def bulk_step(self, job_id, queue, state, batch, keep):
+        """Run one batch of a bulk job; returns ``(status, processed, total, affected)``
+        (status None when there is no such job)."""
+        status, processed, total, affected = self.script("bulk_step")(
+            keys=[self.keys.bulk_job(job_id), self.keys.finished(queue, state),
+                  self.keys.pending(queue)],
+            args=[self._task_prefix, encode_time(now()), int(batch), int(keep)])
+        return status, processed, total, affected
+
+    def bulk_stop(self, job_id, keep):
+        """Stop a running bulk job between two batches; False if it was not running."""
+        return bool(self.script("bulk_stop")(keys=[self.keys.bulk_job(job_id)],
+                                             args=[encode_time(now()), int(keep)]))

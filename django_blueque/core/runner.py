@@ -26,15 +26,15 @@ import select
 import signal
 import socket
 import sys
-import threading
 import time
 import traceback
 
 import redis
 
 from . import keys as k
+from .client import Task
 from .context import RunningTask, StopRequested, set_current_task
-from .protocol import HEARTBEAT_TTL, LEASE_TTL, new_token
+from .protocol import HEARTBEAT_TTL, new_token
 
 logger = logging.getLogger("django_blueque.listener")
 task_logger = logging.getLogger("django_blueque.task")
@@ -181,6 +181,7 @@ class ForkingRunner:
         self._waiters = {}
         self._wake_r = self._wake_w = None
         self._next_beat = self._next_duties = 0.0
+        self._sent_info = None
         self._rotation = 0
 
     # -- the listener's loop -----------------------------------------------------------------
@@ -233,13 +234,14 @@ class ForkingRunner:
                 self._enforce_deadlines(current)
                 empty = self._take_tasks() if self._accepting() else []
                 if (self.burst and not self.children and self._accepting()
-                        and len(empty) == len(self.queues)):
+                        and all(q in empty or self._waiters[q].armed for q in self.queues)):
                     logger.info("listener %s: queues drained, burst done", self.listener_id)
                     return
                 for queue in empty:
                     self._waiters[queue].arm()
             except CONNECTION_ERRORS as exc:
                 self._close_waiters()
+                self._next_beat = 0.0  # re-register as soon as Redis answers again
                 backoff = min(max(backoff * 2, 0.5), 10.0)
                 logger.warning("listener %s: Redis unreachable (%s); retrying in %.1f s",
                                self.listener_id, exc, backoff)
@@ -289,10 +291,17 @@ class ForkingRunner:
     # -- liveness ------------------------------------------------------------------------------
 
     def _beat(self, current):
+        """Renew the lease; write the info hash when it changed or after a (re-)registration,
+        and collect cancellations while tasks run: an idle beat is one ZADD per queue."""
         info = {"host": socket.getfqdn(), "pid": os.getpid(), "queues": ",".join(self.queues),
                 "concurrency": self.concurrency, "running": len(self.children),
                 "since": repr(self._started_at)}
-        cancels = self._protocol.heartbeat(self.listener_id, self.queues, info)
+        changed = info if info != self._sent_info else None
+        registered, cancels = self._protocol.heartbeat(self.listener_id, self.queues, changed,
+                                                       collect_cancels=bool(self.children))
+        if registered and changed is None:
+            self._protocol.heartbeat(self.listener_id, self.queues, info, collect_cancels=False)
+        self._sent_info = info
         self._next_beat = current + self._heartbeat_interval
         for task_id in cancels:
             for child in self.children.values():
@@ -316,7 +325,8 @@ class ForkingRunner:
         """Reserve and fork while slots are free, one task per queue in turn; returns the
         queues found empty."""
         empty = []
-        queues = self.queues[self._rotation:] + self.queues[:self._rotation]
+        queues = [queue for queue in self.queues[self._rotation:] + self.queues[:self._rotation]
+                  if not self._waiters[queue].armed]  # armed: empty, and nothing came since
         self._rotation = (self._rotation + 1) % len(self.queues)
         while queues and len(self.children) < self.concurrency and self._accepting():
             for queue in list(queues):
@@ -338,11 +348,36 @@ class ForkingRunner:
         self.tasks_taken += 1
         if self._before_fork:
             self._before_fork()
+        read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
-            self._child_main(queue, task_id, token)  # never returns
+            os.close(write_end)
+            self._child_main(queue, task_id, token, read_end)  # never returns
+        os.close(read_end)
         self.children[pid] = _Child(pid, queue, task_id, token, timeout)
-        task_logger.info("task %s (%s) started in pid %d", task_id, queue, pid)
+        # The listener records the start with the child's pid on its own warm connection and
+        # hands the task to the child through a pipe: the task's code begins one round trip
+        # after the fork, without waiting for the child to connect to Redis.
+        try:
+            started = self._protocol.start(queue, task_id, self.listener_id, pid, token)
+        except CONNECTION_ERRORS:
+            os.close(write_end)  # the child exits unstarted; the task is retried
+            self._backlog.append(lambda: self._protocol.finish(
+                queue, task_id, self.listener_id, pid, token, k.FAILED,
+                "could not start the task: Redis unreachable", "ListenerLost", "", True,
+                self.retention))
+            raise
+        try:
+            if isinstance(started, dict):
+                _write_all(write_end, json.dumps(started).encode())
+                task_logger.info("task %s (%s) started in pid %d", task_id, queue, pid)
+            else:
+                task_logger.info("task %s (%s) not started: %s", task_id, queue,
+                                 "cancelled" if started == -1 else "no longer reserved here")
+        except OSError:
+            pass  # the child died already; its exit status tells how
+        finally:
+            os.close(write_end)
 
     def _collect_children(self):
         """Reap every exited child (PID 1 here does not reap zombies) and record the end of
@@ -360,6 +395,10 @@ class ForkingRunner:
 
     def _child_ended(self, child, status):
         elapsed = time.monotonic() - child.began
+        if status == 0:
+            # a task's process exits 0 only once its end is recorded (or it was not its to run)
+            task_logger.info("task %s ended in %.3f s", child.task_id, elapsed)
+            return
         if child.stop_reason == "cancelled":
             error, kind, retryable = "cancelled", "Cancelled", False
         elif child.stop_reason == "timeout":
@@ -467,7 +506,7 @@ class ForkingRunner:
 
     # -- the task's process -------------------------------------------------------------------
 
-    def _child_main(self, queue, task_id, token):
+    def _child_main(self, queue, task_id, token, start_pipe):
         """Run one task in the forked process, record its end, and exit (never returns)."""
         code = 0
         try:
@@ -478,7 +517,10 @@ class ForkingRunner:
             for signum in (signal.SIGINT, signal.SIGCHLD):
                 signal.signal(signum, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, _raise_stop)
-            code = self._run_task(queue, task_id, token, os.getppid())
+            fields = _read_all(start_pipe)
+            if fields:
+                code = self._run_task(queue, Task(task_id, json.loads(fields)), token,
+                                      os.getppid())
         except StopRequested:
             code = 128 + signal.SIGTERM
         except BaseException:
@@ -490,20 +532,18 @@ class ForkingRunner:
             sys.stderr.flush()
             os._exit(code)
 
-    def _run_task(self, queue, task_id, token, parent_pid):
+    def _run_task(self, queue, task, token, parent_pid):
         protocol = self._protocol
-        started = _patiently(lambda: protocol.start(queue, task_id, self.listener_id,
-                                                    os.getpid(), token))
-        if started != 1:
-            return 0  # handed to someone else, or cancelled before it started
-        task = self._client.get_task(task_id)
+        task_id = task.id
         running = RunningTask(protocol, task, token)
         set_current_task(running)
-        threading.Thread(target=_keep_lease, args=(protocol, running, parent_pid),
-                         name="blueque-lease", daemon=True).start()
+        running.keep_lease(parent_pid)
         try:
             value = encode_result(self._callback(task))
             outcome, error_type, trace = k.COMPLETE, "", ""
+            if running.cancel_requested.is_set():
+                # it saw should_stop() and ended early: what the operator asked for
+                outcome, value, error_type = k.FAILED, "cancelled", "Cancelled"
         except StopRequested:
             if not running.cancel_requested.is_set():
                 raise  # stopped by the listener, which records why
@@ -519,6 +559,21 @@ class ForkingRunner:
         if self._on_task_end:
             self._on_task_end(task, recorded, value, error_type)
         return 0
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_all(fd):
+    """Everything the listener writes to the start pipe (nothing: the task is not to run)."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
 
 
 def _raise_stop(signum, frame):
@@ -538,25 +593,3 @@ def _patiently(step):
             task_logger.warning("Redis unreachable (%s); retrying in %.1f s", exc, delay)
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
-
-
-def _keep_lease(protocol, running, parent_pid):
-    """Renew the task's lease while the process lives. Losing it means the task was handed to
-    someone else: stop at once so it never runs twice. A cancellation seen here is flagged for
-    ``should_stop()``; if the listener is gone, the process stops itself."""
-    while True:
-        time.sleep(LEASE_TTL / 3)
-        try:
-            held, cancel = protocol.renew_lease(running.id, running.token)
-        except CONNECTION_ERRORS as exc:
-            task_logger.warning("task %s: could not renew its lease (%s)", running.id, exc)
-            continue
-        if not held:
-            running.lease_lost.set()
-            task_logger.error("task %s: lease lost (the task was recovered elsewhere); "
-                              "stopping this process", running.id)
-            os.killpg(os.getpid(), signal.SIGKILL)
-        if cancel and not running.cancel_requested.is_set():
-            running.cancel_requested.set()
-            if os.getppid() != parent_pid:
-                os.kill(os.getpid(), signal.SIGTERM)

@@ -7,7 +7,9 @@
 -- KEYS[5] complete list, KEYS[6] failed list, KEYS[7] scheduled set, KEYS[8] pending list
 -- ARGV[1] id, ARGV[2] token or '', ARGV[3] started member, ARGV[4] now, ARGV[5] outcome
 -- ('complete' or 'failed'), ARGV[6] result or error, ARGV[7] error type, ARGV[8] traceback,
--- ARGV[9] '1' if a failure may be retried, ARGV[10] default retention in seconds or ''
+-- ARGV[9] '1' if a failure may be retried, ARGV[10] default retention in seconds or '',
+-- ARGV[11] '1' for the reaper's recovery: only while the lease key is absent (the task's
+-- process may have taken its lapsed lease again since the reaper looked; see renew_lease)
 -- Returns 'complete', 'failed', 'retry' or 'stale' (nothing changed).
 local state = redis.call('HMGET', KEYS[1], 'status', 'lease', 'attempts', 'retries', 'backoff', 'retention')
 local status = state[1]
@@ -15,6 +17,9 @@ if status ~= 'started' and status ~= 'reserved' then
   return 'stale'
 end
 if ARGV[2] ~= '' and state[2] ~= ARGV[2] then
+  return 'stale'
+end
+if ARGV[11] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
   return 'stale'
 end
 local id, now = ARGV[1], ARGV[4]
@@ -28,8 +33,9 @@ if ARGV[5] == 'complete' then
   redis.call('HSET', KEYS[1], 'status', 'complete', 'result', ARGV[6], 'updated', now, 'finished', now)
 else
   local attempts = tonumber(state[3]) or 0
-  if status == 'reserved' then
-    -- died before starting: count the attempt, or a crash-at-start would retry forever
+  if status == 'reserved' or attempts == 0 then
+    -- died before starting: count the attempt, or a crash-at-start would retry forever;
+    -- started by blueque 1.0, which does not count runs: this run was the first
     attempts = attempts + 1
     redis.call('HSET', KEYS[1], 'attempts', attempts)
   end

@@ -14,4 +14,6 @@ if redis.call('HGET', task, 'status') ~= 'pending' then
   return {id, 'skipped'}
 end
 redis.call('HSET', task, 'status', 'reserved', 'node', ARGV[2], 'updated', ARGV[3], 'lease', ARGV[4])
+-- a blueque 1.0 reclaim of an earlier run no longer applies to this one
+redis.call('HDEL', task, 'reclaimed_node')
 return {id, 'ok', redis.call('HGET', task, 'timeout') or ''}

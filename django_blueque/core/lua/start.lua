@@ -1,4 +1,5 @@
--- start: the task's process takes over a task its listener reserved. Refused (0) when the
+-- start: the task's process takes over a task its listener reserved, and gets its fields
+-- (HGETALL: no second round trip to read the task it runs). Refused (0) when the
 -- reservation is no longer this one (reaped and handed to someone else). A task whose
 -- cancellation was asked while it was reserved fails here, without running (-1).
 -- KEYS[1] task, KEYS[2] started set, KEYS[3] lease key, KEYS[4] reserved list, KEYS[5] failed list
@@ -21,4 +22,4 @@ redis.call('HSET', KEYS[1], 'status', 'started', 'pid', ARGV[3], 'updated', ARGV
 redis.call('HDEL', KEYS[1], 'progress', 'progress_message')
 redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
-return 1
+return redis.call('HGETALL', KEYS[1])

@@ -1,0 +1,22 @@
+-- bulk_start: begin a bulk action on every task of one finished list (retry all failed, delete
+-- all complete or all failed), unless the same job is already running. The job records the
+-- list's length and its newest id (the head): bulk_step works from the tail, the oldest end,
+-- and stops at that id, so tasks that arrive meanwhile (pushed at the head) are never touched.
+-- KEYS[1] job hash, KEYS[2] the list
+-- ARGV[1] action ('retry' or 'delete'), ARGV[2] queue, ARGV[3] state ('complete' or 'failed'),
+-- ARGV[4] who asked, ARGV[5] now, ARGV[6] seconds to keep the job's record once it ended
+-- Returns 1 when a job was started, 0 when the same job was already running.
+if redis.call('HGET', KEYS[1], 'status') == 'running' then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+local total = redis.call('LLEN', KEYS[2])
+local marker = redis.call('LINDEX', KEYS[2], 0) or ''
+redis.call('HSET', KEYS[1], 'action', ARGV[1], 'queue', ARGV[2], 'state', ARGV[3],
+           'user', ARGV[4], 'total', total, 'processed', 0, 'affected', 0, 'marker', marker,
+           'started', ARGV[5], 'updated', ARGV[5], 'status', 'running')
+if total == 0 then
+  redis.call('HSET', KEYS[1], 'status', 'done', 'finished', ARGV[5])
+  redis.call('EXPIRE', KEYS[1], ARGV[6])
+end
+return 1

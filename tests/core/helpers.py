@@ -1,0 +1,178 @@
+"""Plain helpers for the engine tests: waiting, real processes, and what Redis was sent."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import redis
+
+from tests.redis_server import RedisServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_for(predicate, timeout, message="", interval=0.05):
+    """Poll predicate() until it returns something truthy; fail with message after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout} s: {detail}")
+        time.sleep(interval)
+
+
+def pid_alive(pid):
+    """True if the process exists and is not a zombie (PID 1 here does not reap orphans)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def command_calls(r):
+    """{command: calls} the server has executed, not counting INFO (how the tests read these)
+    nor the handshake of a new connection (HELLO, CLIENT SETINFO)."""
+    calls = {}
+    for name, stats in r.info("commandstats").items():
+        command = name.removeprefix("cmdstat_")
+        if command not in ("info", "hello") and not command.startswith("client|"):
+            calls[command] = stats["calls"]
+    return calls
+
+
+def requests_received(r):
+    """Requests the server has read from its clients (INFO stats total_reads_processed, the
+    read of this INFO included). commandstats and total_commands_processed also count the
+    commands a Lua script runs, so a single heartbeat script would look like ten commands."""
+    return r.info("stats")["total_reads_processed"]
+
+
+def calls_delta(before, after):
+    return {name: after[name] - before.get(name, 0) for name in after
+            if after[name] != before.get(name, 0)}
+
+
+def assert_time_field(value, low, high):
+    """A time written as blueque 1.0 writes it: repr() of a time.time() float, in [low, high]."""
+    assert value == repr(float(value)), f"{value!r} is not repr() of a float"
+    assert low <= float(value) <= high, f"{value} not in [{low}, {high}]"
+
+
+def tagged_pids(tag):
+    """Pids of live processes whose command line carries the tag (forked children inherit it)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:
+            continue
+        if tag.encode() in argv and pid_alive(int(entry)):
+            pids.append(int(entry))
+    return pids
+
+
+class Script:
+    """runner_script.py as a real process, in its own session, its output in a log file."""
+
+    def __init__(self, args, log_dir, tag):
+        self.tag = tag
+        self.log_path = Path(log_dir) / f"script-{uuid.uuid4().hex[:8]}.log"
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        with open(self.log_path, "wb") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "tests.core.runner_script", "--tag", tag, *args],
+                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log,
+                stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+        self.pid = self.popen.pid
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def output(self):
+        return self.log_path.read_text(errors="replace")
+
+    def describe(self):
+        state = "running" if self.alive() else f"exited with {self.popen.returncode}"
+        return f"--- pid {self.pid} ({state}) ---\n{self.output()}"
+
+    def json_line(self, timeout=20):
+        """The next line printed on stdout, as JSON."""
+        line = self.popen.stdout.readline()
+        if not line:
+            self.popen.wait(timeout)
+            raise AssertionError(f"the script printed nothing\n{self.describe()}")
+        return json.loads(line)
+
+    def signal(self, signum):
+        os.kill(self.pid, signum)
+
+    def wait(self, timeout):
+        return self.popen.wait(timeout)
+
+
+class Runner(Script):
+    """A ForkingRunner in its own process (``runner_script.py run``)."""
+
+    def __init__(self, url, queues, log_dir, tag, **options):
+        args = ["run", url, ",".join([queues] if isinstance(queues, str) else queues)]
+        for name, value in options.items():
+            args += [f"--{name.replace('_', '-')}", str(value)]
+        super().__init__(args, log_dir, tag)
+        hello = self.json_line()
+        self.listener_id = hello["listener_id"]
+        assert hello["pid"] == self.pid
+
+    def stop(self, timeout=30):
+        """SIGTERM, then wait for the exit; returns the exit status."""
+        if self.alive():
+            self.signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+
+def kill_tagged(tag):
+    """SIGKILL every process carrying the tag: runners and the task processes they forked."""
+    for pid in tagged_pids(tag):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class PersistentRedisServer(RedisServer):
+    """A private redis-server that keeps its data across a restart (append-only file, synced
+    on every write), as production servers do."""
+
+    def start(self):
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes", "--appendfsync", "always", "--dir", self.dir,
+             "--daemonize", "no", "--loglevel", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        probe = redis.Redis(port=self.port)
+        try:
+            wait_for(lambda: _answers(probe) or self.process.poll() is not None, 10,
+                     f"redis-server on port {self.port} did not start")
+        finally:
+            probe.close()
+        assert self.process.poll() is None, f"redis-server on port {self.port} exited"
+        return self
+
+
+def _answers(client):
+    try:
+        return client.ping()
+    except redis.ConnectionError:
+        return False

@@ -1,0 +1,93 @@
+"""The engine's processes, run for real by the tests (``python -m tests.core.runner_script``):
+
+    run URL QUEUE[,QUEUE...] [--concurrency N] [--kill-grace S] [--retention S] [--duties S]
+        A ForkingRunner with tests.core.callbacks.callback. Prints {"pid", "listener_id"} once,
+        then blocks; SIGTERM stops it. Exit status 0 on a clean stop, 3 otherwise. --duties S runs
+        enqueue_due_tasks() and reap() every S seconds in the listener.
+    reap URL --at T
+        Waits until Unix time T, runs one reap(), prints its actions as JSON.
+    enqueue-due URL --at T --until T2
+        Calls enqueue_due_tasks() in a loop from time T to time T2; prints the ids it moved.
+
+Every command takes --tag (ignored) so that the tests can find and kill its processes, forked
+task processes included, by their command line.
+"""
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import time
+
+from django_blueque.core import Client, ForkingRunner, enqueue_due_tasks, reap
+from tests.core import callbacks
+
+
+def _sleep_until(moment):
+    time.sleep(max(0.0, moment - time.time()))
+
+
+def run(args):
+    client = Client(args.url)
+    callbacks.URL = args.url
+    client_duties = None
+    if args.duties:
+        def client_duties():
+            enqueue_due_tasks(client)
+            reap(client)
+    runner = ForkingRunner(client, args.queues.split(","), callbacks.callback,
+                           concurrency=args.concurrency, kill_grace=args.kill_grace,
+                           retention=args.retention, duties=client_duties,
+                           duties_interval=args.duties or 5.0)
+    print(json.dumps({"pid": os.getpid(), "listener_id": f"{socket.getfqdn()}_{os.getpid()}"}),
+          flush=True)
+    return 0 if runner.run() else 3
+
+
+def run_reap(args):
+    client = Client(args.url)
+    _sleep_until(args.at)
+    actions = reap(client)
+    print(json.dumps([[a.queue, a.what, a.task_id, a.listener_id] for a in actions]))
+    return 0
+
+
+def run_enqueue_due(args):
+    client = Client(args.url)
+    _sleep_until(args.at)
+    moved = []
+    while time.time() < args.until:
+        for ids in enqueue_due_tasks(client).values():
+            moved += ids
+    print(json.dumps(moved))
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tag", default="")
+    commands = parser.add_subparsers(dest="command", required=True)
+    runner = commands.add_parser("run")
+    runner.add_argument("url")
+    runner.add_argument("queues")
+    runner.add_argument("--concurrency", type=int, default=1)
+    runner.add_argument("--kill-grace", type=float, default=10.0)
+    runner.add_argument("--retention", type=float, default=None)
+    runner.add_argument("--duties", type=float, default=None)
+    reaper = commands.add_parser("reap")
+    reaper.add_argument("url")
+    reaper.add_argument("--at", type=float, required=True)
+    scheduler = commands.add_parser("enqueue-due")
+    scheduler.add_argument("url")
+    scheduler.add_argument("--at", type=float, required=True)
+    scheduler.add_argument("--until", type=float, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    return {"run": run, "reap": run_reap, "enqueue-due": run_enqueue_due}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,480 @@
+"""The forking runner as a real process (runner_script.py), its tasks in real forked processes
+(callbacks.py, told what to do by their parameters), stopped and killed with real signals."""
+
+import json
+import os
+import signal
+import socket
+import time
+
+import pytest
+import redis
+
+from django_blueque.core import Client, reap
+from tests.core.callbacks import RUNS_KEY
+from tests.core.helpers import (
+    PersistentRedisServer,
+    Runner,
+    pid_alive,
+    requests_received,
+    wait_for,
+)
+
+
+def job(**todo):
+    return json.dumps(todo)
+
+
+def finished(client, task_id, runner, timeout=20):
+    """Wait until the task is complete or failed; returns it."""
+    return wait_for(lambda: (lambda t: t if t.status in ("complete", "failed") else None)(
+        client.get_task(task_id)), timeout, runner.describe)
+
+
+def started(client, task_id, runner, timeout=20):
+    """Wait until the task's code runs (status started, and the callback recorded its run:
+    the listener marks the task started just before its process begins the code); returns it."""
+    def running():
+        task = client.get_task(task_id)
+        runs = client.redis.lrange(RUNS_KEY, 0, -1)
+        return task if task.status == "started" and any(task_id in run for run in runs) else None
+    return wait_for(running, timeout, runner.describe)
+
+
+def registered(r, runner, timeout=20):
+    wait_for(lambda: runner.listener_id in r.smembers("blueque_listeners_q"), timeout,
+             runner.describe)
+
+
+# -- listening ----------------------------------------------------------------------------------
+
+def test_idle_listener_sends_under_one_command_a_second_and_keeps_beating(
+        client, r, start_runner):
+    """blueque 1.0 polls every second; ours blocks, and only its heartbeat is heard."""
+    runner = start_runner()
+    registered(r, runner)
+    time.sleep(1.0)  # settled into its blocking wait
+    lease = r.zscore("blueque_listener_leases_q", runner.listener_id)
+    before, began = requests_received(r), time.monotonic()
+    time.sleep(6.5)
+    sent, elapsed = requests_received(r) - before - 1, time.monotonic() - began  # - our INFO
+
+    assert sent / elapsed < 1.0, f"{sent} requests in {elapsed:.1f} s"
+    assert r.zscore("blueque_listener_leases_q", runner.listener_id) > lease  # it beat
+    # and it wakes up for a task at once
+    task_id = client.get_queue("q").enqueue("wake up")
+    assert finished(client, task_id, runner, timeout=10).result == "done:wake up"
+
+
+def test_runner_registers_under_a_blueque1_listener_id(r, start_runner):
+    runner = start_runner(concurrency=3)
+    registered(r, runner)
+    assert runner.listener_id == f"{socket.getfqdn()}_{runner.pid}"
+    assert r.zscore("blueque_queues", "q") == 1.0
+    info = r.hgetall(f"blueque_listener_{runner.listener_id}")
+    assert (info["pid"], info["concurrency"], info["queues"]) == (str(runner.pid), "3", "q")
+
+
+def test_tasks_run_in_order_in_forked_processes_with_their_results(client, r, start_runner,
+                                                                     runs):
+    queue = client.get_queue("q")
+    plain, none, mapping = queue.enqueue_many(["plain", job(**{"return": None}),
+                                               job(**{"return": {"k": [1, 2]}})])
+    runner = start_runner()
+    for task_id in (plain, none, mapping):
+        finished(client, task_id, runner)
+
+    assert [run["id"] for run in runs()] == [plain, none, mapping]
+    assert runner.pid not in {run["pid"] for run in runs()}
+    tasks = {t.id: t for t in client.get_tasks([plain, none, mapping])}
+    assert {t.status for t in tasks.values()} == {"complete"}
+    assert tasks[plain].result == "done:plain"
+    assert tasks[none].result == "null"  # blueque 1.0 failed these with a Redis type error
+    assert json.loads(tasks[mapping].result) == {"k": [1, 2]}
+    assert r.lrange("blueque_complete_tasks_q", 0, -1) == [mapping, none, plain]
+    assert not r.exists("blueque_started_tasks_q", "blueque_pending_tasks_q",
+                        f"blueque_reserved_tasks_q_{runner.listener_id}")
+
+
+def test_task_exception_is_recorded_with_type_and_traceback(client, start_runner):
+    task_id = client.get_queue("q").enqueue(job(**{"raise": "bad input"}))
+    task = finished(client, task_id, start_runner())
+    assert (task.status, task.error, task.error_type) == ("failed", "bad input",
+                                                          "builtins.ValueError")
+    assert task.traceback.startswith("Traceback (most recent call last)")
+    assert "callbacks.py" in task.traceback and "ValueError: bad input" in task.traceback
+
+
+def test_result_that_is_not_json_fails_the_task_readably(client, start_runner):
+    task_id = client.get_queue("q").enqueue(job(return_object=True))
+    task = finished(client, task_id, start_runner())
+    assert (task.status, task.error_type) == ("failed", "builtins.TypeError")
+    assert "object" in task.error and "JSON" in task.error
+
+
+def test_running_task_is_visible_with_pid_node_and_progress(client, r, start_runner, runs):
+    task_id = client.get_queue("q").enqueue(job(progress=[40, "reading"], wait_for="gate"))
+    runner = start_runner()
+    wait_for(lambda: client.get_task(task_id).progress == 40.0, 20, runner.describe)
+
+    task = client.get_task(task_id)
+    pid = runs()[0]["pid"]
+    assert (task.status, task.progress_message, task.node) == ("started", "reading",
+                                                              runner.listener_id)
+    assert r.hget(f"blueque_task_{task_id}", "pid") == str(pid) and pid != runner.pid
+    assert r.smembers("blueque_started_tasks_q") == {f"{runner.listener_id} {pid} {task_id}"}
+    assert r.lrange(f"blueque_reserved_tasks_q_{runner.listener_id}", 0, -1) == [task_id]
+    r.set("gate", 1)
+    assert finished(client, task_id, runner).status == "complete"
+
+
+def test_concurrency_is_respected(client, r, start_runner):
+    ids = client.get_queue("q").enqueue_many(
+        [job(concurrency="running", sleep=0.6, n=n) for n in range(6)])
+    runner = start_runner(concurrency=2)
+    for task_id in ids:
+        assert finished(client, task_id, runner, timeout=30).status == "complete"
+    seen = [int(n) for n in r.lrange("running:seen", 0, -1)]
+    assert len(seen) == 6 and max(seen) == 2  # two at once, never three
+
+
+def test_garbage_in_the_pending_list_is_dropped(client, r, start_runner):
+    r.lpush("blueque_pending_tasks_q", "no-such-task")
+    task_id = client.get_queue("q").enqueue("real")
+    runner = start_runner()
+    assert finished(client, task_id, runner).status == "complete"
+    assert runner.alive()
+    assert not r.exists("blueque_pending_tasks_q")
+
+
+# -- task processes that die ---------------------------------------------------------------------
+
+def test_sigkilled_task_process_fails_its_task(client, r, start_runner, runs):
+    queue = client.get_queue("q")
+    task_id = queue.enqueue(job(wait_for="never"))
+    runner = start_runner()
+    pid = started(client, task_id, runner).pid
+    os.kill(pid, signal.SIGKILL)
+
+    task = finished(client, task_id, runner)
+    assert task.status == "failed"
+    assert task.error.startswith("process killed by signal 9")
+    assert task.error_type == "ProcessDied"
+    assert not r.exists("blueque_started_tasks_q", f"blueque_reserved_tasks_q_{runner.listener_id}")
+    # the listener survived and carries on
+    assert finished(client, queue.enqueue("next"), runner).status == "complete"
+
+
+def test_sigkilled_task_process_is_retried_when_allowed(client, start_runner, runs):
+    task_id = client.get_queue("q").enqueue(job(kill_on_attempt=1), retries=1)
+    task = finished(client, task_id, start_runner())
+    assert (task.status, task.attempts) == ("complete", 2)
+    assert task.last_error.startswith("process killed by signal 9")
+    first, second = runs()
+    assert (first["attempt"], second["attempt"]) == (1, 2) and first["pid"] != second["pid"]
+
+
+def test_retries_with_backoff_show_attempts_and_eta(client, start_runner, runs):
+    task_id = client.get_queue("q").enqueue(job(**{"raise": "flaky"}), retries=2, backoff=0.4)
+    runner = start_runner(duties=0.1)  # the listener also runs the scheduler
+    waiting = wait_for(lambda: (lambda t: t if t.status == "scheduled" else None)(
+        client.get_task(task_id)), 20, runner.describe)
+    assert waiting.attempts == 1 and waiting.last_error == "flaky"
+    assert waiting.eta == pytest.approx(waiting.updated + 0.4, abs=1e-3)
+
+    task = finished(client, task_id, runner)
+    assert (task.status, task.attempts, task.error) == ("failed", 3, "flaky")
+    assert [run["attempt"] for run in runs()] == [1, 2, 3]
+
+
+def test_timeout_kills_the_process_and_fails_the_task(client, r, start_runner, runs):
+    task_id = client.get_queue("q").enqueue(job(sleep=120, mark="finished"), timeout=1)
+    runner = start_runner()
+    task = finished(client, task_id, runner)
+    assert (task.status, task.error_type) == ("failed", "Timeout")
+    assert task.error.startswith("timed out")
+    assert not pid_alive(task.pid)
+    assert not r.exists("finished")
+
+
+def test_timeout_escalates_to_sigkill_when_sigterm_is_ignored(client, r, start_runner, runs):
+    task_id = client.get_queue("q").enqueue(job(ignore_sigterm=True, sleep=120, mark="finished"),
+                                            timeout=0.5)
+    runner = start_runner(kill_grace=1)
+    task = finished(client, task_id, runner)
+    assert task.error.startswith("timed out")
+    assert not pid_alive(task.pid)
+    assert not r.exists("finished")
+    assert "killing" in runner.output()
+
+
+def test_lapsed_lease_is_taken_again_unless_the_task_was_recovered(client, r, start_runner,
+                                                                   runs):
+    """Two task processes could not renew their leases for a while (simulated by deleting the
+    lease keys, as a long Redis outage would). One task was recovered meanwhile (as the reaper
+    does): its process stops itself at its next renewal, so it never runs beside its retry.
+    The other was not: it takes its lease again and carries on."""
+    queue = client.get_queue("q")
+    kept, recovered = queue.enqueue_many([job(wait_for="gate", mark="finished", n=n)
+                                          for n in range(2)])
+    runner = start_runner(concurrency=2)
+    for task_id in (kept, recovered):
+        started(client, task_id, runner)
+    r.delete(f"blueque_lease_{kept}", f"blueque_lease_{recovered}")
+    lost = client.get_task(recovered)
+    assert client.protocol.finish("q", recovered, lost.node, lost.pid, lost.lease, "failed",
+                                  "listener lost", "ListenerLost", lapsed_only=True) == "failed"
+
+    wait_for(lambda: r.exists(f"blueque_lease_{kept}") and not pid_alive(lost.pid), 20,
+             runner.describe)
+    r.set("gate", 1)
+    task = finished(client, kept, runner)
+    assert (task.status, task.attempts) == ("complete", 1)
+    assert r.lrange("finished", 0, -1) == ["done"]  # only the kept task got to the end
+    assert client.get_task(recovered).error == "listener lost"
+    assert [run["id"] for run in runs()].count(kept) == 1
+
+
+# -- cancellation -----------------------------------------------------------------------------
+
+def test_cancel_a_running_task_stops_its_process(client, r, start_runner, runs):
+    queue = client.get_queue("q")
+    task_id = queue.enqueue(job(sleep=120, mark="finished"))
+    runner = start_runner()
+    started(client, task_id, runner)
+    asked = time.monotonic()
+    assert client.cancel(task_id) == "requested"
+
+    task = finished(client, task_id, runner, timeout=20)
+    assert time.monotonic() - asked < 20
+    assert (task.status, task.error, task.error_type) == ("failed", "cancelled", "Cancelled")
+    wait_for(lambda: not pid_alive(task.pid), 10, "the task's process still runs")
+    assert not r.exists("finished")
+    assert finished(client, queue.enqueue("next"), runner).status == "complete"
+
+
+def test_a_running_task_can_ask_whether_to_stop(client, r, start_runner, runs):
+    """A long task polls should_stop() and ends on its own terms (it ignores SIGTERM here)."""
+    task_id = client.get_queue("q").enqueue(job(ignore_sigterm=True, until_stopped="stopped"))
+    runner = start_runner(kill_grace=60)
+    started(client, task_id, runner)
+    assert client.cancel(task_id) == "requested"
+    wait_for(lambda: r.lrange("stopped", 0, -1) == ["stopped"], 20, runner.describe)
+    task = finished(client, task_id, runner)
+    assert "signal" not in (task.error or "")
+    wait_for(lambda: not pid_alive(task.pid), 10, "the task's process still runs")
+
+
+def test_cancel_pending_and_scheduled_tasks_they_never_run(client, r, start_runner, runs):
+    queue = client.get_queue("q")
+    busy = queue.enqueue(job(wait_for="gate"))
+    runner = start_runner(duties=0.1)
+    started(client, busy, runner)
+    pending = queue.enqueue("pending")
+    scheduled = queue.schedule("scheduled", time.time() + 0.5)
+    assert client.cancel(pending) == "cancelled"
+    assert client.cancel(scheduled) == "cancelled"
+    marker = queue.schedule("marker", time.time() + 0.6)
+    r.set("gate", 1)
+    finished(client, marker, runner)
+
+    assert [run["id"] for run in runs()] == [busy, marker]
+    for task_id in (pending, scheduled):
+        task = client.get_task(task_id)
+        assert (task.status, task.error) == ("failed", "cancelled")
+
+
+# -- stopping -------------------------------------------------------------------------------------
+
+def test_sigterm_waits_for_the_running_task_then_unregisters(client, r, start_runner, runs):
+    queue = client.get_queue("q")
+    running = queue.enqueue(job(wait_for="gate", mark="finished"))
+    runner = start_runner()
+    started(client, running, runner)
+    runner.signal(signal.SIGTERM)
+    later = queue.enqueue("later")
+    time.sleep(1.0)
+    assert runner.alive()  # waiting for its task
+    assert client.get_task(later).status == "pending"  # but taking no new one
+
+    r.set("gate", 1)
+    assert runner.wait(20) == 0, runner.describe()
+    assert client.get_task(running).status == "complete"
+    assert r.lrange("finished", 0, -1) == ["done"]
+    assert client.get_task(later).status == "pending"
+    assert r.lrange("blueque_pending_tasks_q", 0, -1) == [later]
+    assert r.smembers("blueque_listeners_q") == set()
+    assert r.zscore("blueque_queues", "q") == 0.0
+    assert not r.exists("blueque_listener_leases_q", f"blueque_listener_{runner.listener_id}",
+                        f"blueque_reserved_tasks_q_{runner.listener_id}")
+    assert [run["id"] for run in runs()] == [running]
+
+
+def test_second_sigterm_stops_at_once_leaving_the_task_to_its_process(client, r, start_runner,
+                                                                      runs):
+    queue = client.get_queue("q")
+    running = queue.enqueue(job(wait_for="gate", mark="finished"))
+    runner = start_runner()
+    started(client, running, runner)
+    # a task it reserved but had not started yet (the runner forks right after reserving, so
+    # the test takes it under the runner's id while the runner is at full concurrency)
+    unstarted = queue.enqueue("unstarted")
+    assert client.protocol.reserve("q", runner.listener_id, "its-token")[0] == unstarted
+
+    runner.signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert runner.alive()
+    runner.signal(signal.SIGTERM)
+    assert runner.wait(10) == 3, runner.describe()  # 3: not a clean stop, a task still runs
+
+    assert pid_alive(client.get_task(running).pid)
+    assert client.get_task(running).status == "started"
+    task = client.get_task(unstarted)
+    assert (task.status, task.node) == ("pending", None)
+    assert r.lrange("blueque_pending_tasks_q", 0, -1) == [unstarted]
+    assert r.smembers("blueque_listeners_q") == set() and r.zscore("blueque_queues", "q") == 0
+
+    r.set("gate", 1)  # the orphaned task process finishes and records its own result
+    wait_for(lambda: client.get_task(running).status == "complete", 20, runner.describe)
+    assert r.lrange("finished", 0, -1) == ["done"]
+    assert not r.exists(f"blueque_reserved_tasks_q_{runner.listener_id}",
+                        "blueque_started_tasks_q")
+
+
+# -- faults ---------------------------------------------------------------------------------------
+
+def test_listener_reconnects_after_redis_restarts(client, r, redis_server, start_runner):
+    if not hasattr(redis_server, "stop"):
+        pytest.skip("needs the private redis-server (BLUEQUE_TEST_REDIS_URL is set)")
+    runner = start_runner()
+    assert finished(client, client.get_queue("q").enqueue("before"), runner).status == "complete"
+
+    redis_server.stop()
+    time.sleep(2.0)
+    redis_server.start()  # an empty database: the listener must register again
+    assert runner.alive(), runner.describe()
+
+    registered(r, runner, timeout=30)
+    task = finished(client, client.get_queue("q").enqueue("after"), runner, timeout=30)
+    assert task.result == "done:after"
+    assert runner.alive()
+
+
+@pytest.fixture
+def persistent_redis():
+    server = PersistentRedisServer().start()
+    yield server
+    server.close()
+
+
+def test_running_task_carries_on_across_a_restart_of_a_persistent_redis(persistent_redis,
+                                                                        tmp_path, tag):
+    """With the data kept (append-only file), the task running during the outage keeps its
+    lease, records its own result afterwards, and runs once."""
+    url = persistent_redis.url
+    client = Client(url)
+    r = redis.Redis.from_url(url, decode_responses=True)
+    runner = Runner(url, "q", tmp_path, tag)
+    try:
+        task_id = client.get_queue("q").enqueue(job(wait_for="gate", mark="finished"))
+        started(client, task_id, runner)
+
+        persistent_redis.stop()
+        time.sleep(2.0)
+        persistent_redis.start()
+        assert runner.alive(), runner.describe()
+
+        r.set("gate", 1)
+        task = finished(client, task_id, runner, timeout=30)
+        assert (task.status, task.attempts) == ("complete", 1), task.fields
+        assert task.result.startswith("done:")
+        assert r.lrange("finished", 0, -1) == ["done"]
+        assert len(r.lrange(RUNS_KEY, 0, -1)) == 1
+        assert runner.listener_id in r.smembers("blueque_listeners_q")
+        assert r.zscore("blueque_queues", "q") == 1.0
+        after = client.get_queue("q").enqueue("after")
+        assert finished(client, after, runner, timeout=30).result == "done:after"
+    finally:
+        runner.popen.kill()
+        runner.wait(10)
+        runner.popen.stdout.close()
+        client.redis.close()
+        r.close()
+
+
+def test_runner_duties_survive_malformed_entries_written_by_others(client, r, start_runner):
+    r.sadd("blueque_listeners_q", "garbage", "host_notapid", f"{socket.getfqdn()}_99999999999")
+    r.sadd("blueque_started_tasks_q", "junk", "a b c d")
+    runner = start_runner(duties=0.1)
+    registered(r, runner)
+    wait_for(lambda: "malformed" in runner.output(), 20, runner.describe)
+    task_id = client.get_queue("q").enqueue("fine")
+    assert finished(client, task_id, runner).status == "complete"
+    assert runner.alive()
+    assert {"garbage", "host_notapid"} <= r.smembers("blueque_listeners_q")
+
+
+def test_half_done_reserve_of_a_dead_blueque1_listener_is_run_by_ours(client, r, start_runner):
+    """blueque 1.0 died between RPOPLPUSH and HSET; our listener's reaper duty repairs it."""
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = f"{socket.getfqdn()}_{gone.pid}"
+    client.protocol.add_listener_v1(dead, "q")
+    task_id = client.get_queue("q").enqueue("stranded")
+    r.rpoplpush("blueque_pending_tasks_q", f"blueque_reserved_tasks_q_{dead}")
+
+    runner = start_runner(duties=0.1)
+    assert finished(client, task_id, runner).result == "done:stranded"
+    assert dead not in r.smembers("blueque_listeners_q")
+
+
+@pytest.mark.slow
+def test_sigkilled_listener_running_tasks_finish_and_reserved_ones_are_requeued(
+        client, r, start_runner, runs):
+    """The listener dies with two tasks running and one reserved. The running ones keep their
+    leases and finish in their own processes; the reserved one goes back to the queue when
+    reap() finds the heartbeat expired (15 s), within 30 s of the death."""
+    queue = client.get_queue("q")
+    running = queue.enqueue_many([job(wait_for="gate", mark="finished", n=n) for n in range(2)])
+    runner = start_runner(concurrency=2)
+    for task_id in running:
+        started(client, task_id, runner)
+    unstarted = queue.enqueue("unstarted")
+    assert client.protocol.reserve("q", runner.listener_id, "its-token")[0] == unstarted
+
+    runner.signal(signal.SIGKILL)
+    killed = time.monotonic()
+    runner.wait(10)
+    children = [t.pid for t in client.get_tasks(running)]
+    assert all(pid_alive(pid) for pid in children)
+
+    def released():
+        return any(a.what == "released listener" for a in reap(client))
+
+    wait_for(released, 30, "the dead listener was never released", interval=0.5)
+    assert time.monotonic() - killed < 30
+    task = client.get_task(unstarted)
+    assert (task.status, task.node) == ("pending", None)
+    assert r.lrange("blueque_pending_tasks_q", 0, -1) == [unstarted]
+    assert r.smembers("blueque_listeners_q") == set() and r.zscore("blueque_queues", "q") == 0
+    # the running tasks were not touched: their processes still hold their leases
+    for task_id in running:
+        assert client.get_task(task_id).status == "started"
+        assert r.exists(f"blueque_lease_{task_id}")
+    assert all(pid_alive(pid) for pid in children)
+    assert reap(client) == []
+
+    r.set("gate", 1)
+    for task_id in running:
+        wait_for(lambda task_id=task_id: client.get_task(task_id).status == "complete", 20,
+                 "an orphaned task process did not record its result")
+    assert r.lrange("finished", 0, -1) == ["done", "done"]
+    assert not r.exists(f"blueque_reserved_tasks_q_{runner.listener_id}",
+                        "blueque_started_tasks_q")
+
+    # the requeued task runs on the next listener, once
+    successor = start_runner()
+    assert finished(client, unstarted, successor).result == "done:unstarted"
+    assert [run["id"] for run in runs()].count(unstarted) == 1
