@@ -18,7 +18,7 @@ def listener(manage, blueque):
     yield process
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # the view enqueues on commit
 def test_demo_page_starts_a_long_task_that_reports_progress_and_completes(client, listener):
     response = client.post("/start/", {"kind": "long", "steps": 8, "delay": 0})
     assert response.status_code == 302
