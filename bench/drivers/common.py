@@ -1,0 +1,149 @@
+"""The measurements every driver shares; a system's own module only says how to enqueue and listen.
+
+A driver runs under its system's interpreter (the peers' throwaway virtualenvs), so this module
+uses nothing but the standard library and redis-py, which every system brings along. Each
+measuring role prints one JSON object on its last stdout line for bench/run.py to read.
+"""
+
+import argparse
+import itertools
+import json
+import os
+import random
+import statistics
+import sys
+import time
+
+import redis
+
+QUEUE = "bench"
+# Every task pushes "<params> <time.time() when its code started>" here; a plain list keeps the
+# probe identical for all systems and lets the measuring process block on it with BLPOP.
+MARKS = "bench:marks"
+URL_ENV = "BENCH_REDIS_URL"
+
+_marks_client = None
+
+
+def task_body(params):
+    """The benchmark task: record when the task code started running, nothing more.
+
+    It runs in the forked child, so it opens its own connection (the URL comes through the
+    environment, which every fork inherits) instead of borrowing the listener's.
+    """
+    global _marks_client
+    started = time.time()
+    if _marks_client is None:
+        _marks_client = redis.Redis.from_url(os.environ[URL_ENV])
+    _marks_client.rpush(MARKS, f"{params} {started!r}")
+    return ""
+
+
+def _chunks(items, size):
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def enqueue_rates(driver, n, rounds, batch):
+    """Tasks/s for n enqueues, one call per task and then (if the system has it) in batches."""
+    params = [f"enqueue-{i}" for i in range(n)]
+    single, batched = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for p in params:
+            driver.enqueue(p)
+        single.append(n / (time.perf_counter() - start))
+    if driver.has_batch:
+        chunks = _chunks(params, batch)
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for chunk in chunks:
+                driver.enqueue_many(chunk)
+            batched.append(n / (time.perf_counter() - start))
+    return {"single": single, "batched": batched if driver.has_batch else None}
+
+
+def pickup_latency(driver, marks, samples, min_pause, jitter, timeout):
+    """Seconds from the enqueue call to the task code starting, one task at a time.
+
+    The pause before each sample lets the listener go idle again; its random part spreads the
+    enqueue over the whole cycle of a polling listener (blueque 1.0 sleeps 1 s between polls)
+    instead of always hitting the same point of it.
+    """
+    marks.delete(MARKS)
+    latencies = []
+    for i in range(samples):
+        time.sleep(min_pause + random.uniform(0, jitter))
+        params = f"latency-{i}"
+        enqueued = time.time()
+        driver.enqueue(params)
+        popped = marks.blpop([MARKS], timeout=timeout)
+        if popped is None:
+            raise SystemExit(f"task {params} did not start within {timeout} s")
+        got, started = popped[1].decode().split()
+        if got != params:
+            raise SystemExit(f"expected the mark of {params}, got {got}")
+        latencies.append(float(started) - enqueued)
+    return {"latencies": latencies}
+
+
+def fork_throughput(driver, marks, n, batch, timeout):
+    """n no-op tasks through one listener, timed from task start to task start.
+
+    Start to start leaves out enqueueing and the first pickup; what remains is the whole cycle
+    of one task: dequeue, fork, run, bookkeeping, reap. Besides the mean rate it keeps the
+    median gap, which a burst of load from elsewhere on a small machine barely moves.
+    """
+    marks.delete(MARKS)
+    params = [f"throughput-{i}" for i in range(n)]
+    if driver.has_batch:
+        for chunk in _chunks(params, batch):
+            driver.enqueue_many(chunk)
+    else:
+        for p in params:
+            driver.enqueue(p)
+    deadline = time.monotonic() + timeout
+    starts = []
+    while len(starts) < n:
+        popped = marks.blpop([MARKS], timeout=max(deadline - time.monotonic(), 0.01))
+        if popped is None:
+            raise SystemExit(f"only {len(starts)} of {n} tasks started within {timeout} s")
+        starts.append(float(popped[1].split()[1]))
+    starts.sort()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    return {"tasks": n, "elapsed": starts[-1] - starts[0],
+            "tasks_per_s": (n - 1) / (starts[-1] - starts[0]),
+            "median_gap": statistics.median(gaps)}
+
+
+def main(driver_class):
+    """Command line shared by all drivers: `python drivers/X.py ROLE REDIS_URL [options]`."""
+    parser = argparse.ArgumentParser(description=driver_class.__doc__)
+    parser.add_argument("role", choices=["info", "listen", "enqueue", "latency", "throughput"])
+    parser.add_argument("url", help="redis://host:port/db of a Redis the benchmark may flush")
+    parser.add_argument("-n", type=int, default=5000, help="tasks (enqueue, throughput)")
+    parser.add_argument("--rounds", type=int, default=3, help="enqueue rounds")
+    parser.add_argument("--batch", type=int, default=100, help="tasks per batched enqueue call")
+    parser.add_argument("--samples", type=int, default=60, help="latency samples")
+    parser.add_argument("--min-pause", type=float, default=0.1, help="idle seconds before a sample")
+    parser.add_argument("--jitter", type=float, default=1.0, help="random extra idle seconds")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for tasks")
+    args = parser.parse_args()
+
+    os.environ[URL_ENV] = args.url
+    driver = driver_class(args.url)
+    if args.role == "listen":
+        driver.listen()
+        return
+    marks = redis.Redis.from_url(args.url)
+    if args.role == "info":
+        result = {"version": driver.version, "redis_py": redis.__version__,
+                  "batch": driver.has_batch}
+    elif args.role == "enqueue":
+        result = enqueue_rates(driver, args.n, args.rounds, args.batch)
+    elif args.role == "latency":
+        result = pickup_latency(driver, marks, args.samples, args.min_pause, args.jitter,
+                                args.timeout)
+    else:
+        result = fork_throughput(driver, marks, args.n, args.batch, args.timeout)
+    print(json.dumps(result))
+    sys.stdout.flush()
