@@ -7,6 +7,7 @@ import time
 import redis
 from croniter import croniter
 
+from .actions import advance_bulk_jobs
 from .conf import get_client, get_settings
 from .core import ForkingRunner, enqueue_due_tasks, reap
 from .registry import close_connections_before_fork, registered_tasks, run_task, task_ended
@@ -19,8 +20,12 @@ def retention_for(queue):
 
 
 def reap_once(dry_run=False):
-    """One reaper pass over every queue; returns its Actions."""
-    return reap(get_client(), retention=retention_for, dry_run=dry_run)
+    """One reaper pass over every queue, and a bounded step of the admin's running bulk jobs
+    (so they finish with no page open); returns the reaper's Actions."""
+    actions = reap(get_client(), retention=retention_for, dry_run=dry_run)
+    if not dry_run:
+        advance_bulk_jobs()
+    return actions
 
 
 def latest_due(periodic, at):

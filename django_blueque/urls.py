@@ -1,0 +1,28 @@
+"""The Blueque admin pages. Mount them beside the admin, before it::
+
+    path("admin/blueque/", include("django_blueque.urls")),
+    path("admin/", admin.site.urls),
+
+Queue names go in query strings (a queue name may hold any character but a space)."""
+
+from django.urls import path
+
+from . import views
+
+app_name = "blueque"
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("queue/", views.queue, name="queue"),
+    path("listeners/", views.listeners, name="listeners"),
+    path("find/", views.find, name="find"),
+    path("tasks/<str:task_id>/", views.task, name="task"),
+    path("tasks/<str:task_id>/progress/", views.task_progress, name="task_progress"),
+    path("actions/", views.task_action, name="action"),
+    path("listeners/requeue/", views.requeue_listener, name="requeue_listener"),
+    path("bulk/", views.bulk_job, name="bulk_job"),
+    path("bulk/start/", views.bulk_start, name="bulk_start"),
+    path("bulk/step/", views.bulk_step, name="bulk_step"),
+    path("bulk/stop/", views.bulk_stop, name="bulk_stop"),
+    path("metrics/", views.metrics, name="metrics"),
+    path("metrics.json", views.metrics_json, name="metrics_json"),
+]
