@@ -148,3 +148,21 @@ def test_redis_not_answering_is_one_clear_line(manage):
     assert result.returncode != 0
     assert "Redis does not answer" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_bq_status_prints_queues_listeners_and_running_tasks(manage, blueque, r):
+    task_id = long_task.enqueue(steps=100, delay=0.1)
+    report.enqueue(title="waiting: no listener on demo.report")
+    manage.start("bq_listen", "demo.long", "--noreload")
+    wait_for(lambda: (get_result(task_id).progress or 0) > 0, what="progress")
+    result = manage.run("bq_status")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    report_row = next(line for line in lines if line.startswith("demo.report "))
+    assert report_row.split()[1:3] == ["0", "1"]  # scheduled 0, pending 1
+    long_row = next(line for line in lines if line.startswith("demo.long "))
+    assert long_row.split()[4] == "1"  # started
+    listener_row = next(line for line in lines if line.split()[2:3] == ["live"])
+    assert listener_row.split()[1] == "demo.long"
+    task_row = next(line for line in lines if line.startswith(task_id))
+    assert "% step" in task_row
