@@ -10,9 +10,11 @@ import itertools
 import json
 import os
 import random
+import socket
 import statistics
 import sys
 import time
+import urllib.parse
 
 import redis
 
@@ -22,20 +24,22 @@ QUEUE = "bench"
 MARKS = "bench:marks"
 URL_ENV = "BENCH_REDIS_URL"
 
-_marks_client = None
-
-
 def task_body(params):
     """The benchmark task: record when the task code started running, nothing more.
 
-    It runs in the forked child, so it opens its own connection (the URL comes through the
-    environment, which every fork inherits) instead of borrowing the listener's.
+    It runs in the forked child and sends one RPUSH on a plain socket of its own: opening a
+    redis-py connection costs very different times across redis-py versions (7+ looks its own
+    version up for each new connection, 5.x did it once at import), which would measure the
+    client library rather than the system running the task.
     """
-    global _marks_client
     started = time.time()
-    if _marks_client is None:
-        _marks_client = redis.Redis.from_url(os.environ[URL_ENV])
-    _marks_client.rpush(MARKS, f"{params} {started!r}")
+    url = urllib.parse.urlsplit(os.environ[URL_ENV])
+    mark = f"{params} {started!r}".encode()
+    command = b"*3\r\n$5\r\nRPUSH\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+        len(MARKS), MARKS.encode(), len(mark), mark)
+    with socket.create_connection((url.hostname, url.port or 6379)) as conn:
+        conn.sendall(command)
+        conn.recv(64)  # ":<length>\r\n"
     return ""
 
 

@@ -65,24 +65,35 @@ class Protocol:
 
     # -- producers -------------------------------------------------------------------------
 
-    def _write_task(self, pipe, queue, status, parameters, extra, task_id=None):
-        task_id = task_id or new_task_id()
+    def _task_fields(self, queue, status, parameters, extra):
         stamp = encode_time(now())
         fields = {"status": status, "queue": queue, "parameters": parameters,
                   "created": stamp, "updated": stamp}
         fields.update({name: str(value) for name, value in extra.items() if value is not None})
-        pipe.hset(self.keys.task(task_id), mapping=fields)
+        return fields
+
+    def _write_task(self, pipe, queue, status, parameters, extra, task_id=None):
+        task_id = task_id or new_task_id()
+        pipe.hset(self.keys.task(task_id), mapping=self._task_fields(queue, status, parameters,
+                                                                      extra))
         pipe.zincrby(self.keys.queues, 0, queue)
         return task_id
 
     def enqueue(self, queue, parameters_list, extra=None, task_ids=None, pipe=None):
         """MULTI; HSET task ...; ZINCRBY queues 0 Q; LPUSH pending id; EXEC -- for each
-        parameters string, all in one round trip. ``task_ids`` lets a caller choose the ids
-        (to hand one out before the task is written); with ``pipe`` (a transaction the caller
-        executes) the commands join it."""
+        parameters string, all in one round trip (one task alone: the same commands in one
+        script). ``task_ids`` lets a caller choose the ids (to hand one out before the task is
+        written); with ``pipe`` (a transaction the caller executes) the commands join it."""
         for parameters in parameters_list:
             check_wire_value("parameters", parameters)
         task_ids = task_ids or [None] * len(parameters_list)
+        if pipe is None and len(parameters_list) == 1:
+            task_id = task_ids[0] or new_task_id()
+            fields = self._task_fields(queue, k.PENDING, parameters_list[0], extra or {})
+            self.script("enqueue")(
+                keys=[self.keys.task(task_id), self.keys.queues, self.keys.pending(queue)],
+                args=[queue, task_id, *[item for pair in fields.items() for item in pair]])
+            return [task_id]
         ids = []
         own = pipe is None
         pipe = self.redis.pipeline() if own else pipe
