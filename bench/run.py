@@ -60,9 +60,9 @@ class Profile:
 
 
 PROFILES = {
-    "full": Profile(enqueue_n=5000, rounds=3, batch=100, samples=50, throughput_n=200,
+    "full": Profile(enqueue_n=5000, rounds=3, batch=1000, samples=50, throughput_n=200,
                     idle_s=15, settle_s=2),
-    "quick": Profile(enqueue_n=1000, rounds=3, batch=100, samples=6, throughput_n=50,
+    "quick": Profile(enqueue_n=1000, rounds=3, batch=1000, samples=6, throughput_n=50,
                      idle_s=4, settle_s=1),
 }
 

@@ -15,6 +15,9 @@ from . import keys as k
 LEASE_TTL = 15.0
 """Seconds a running task's lease lasts without renewal; its process renews it every third."""
 
+ENQUEUE_BATCH = 1000
+"""Most tasks one enqueue script call writes (Redis runs a script alone: keep it short)."""
+
 HEARTBEAT_TTL = 15.0
 """Seconds a listener counts as alive after its last heartbeat; it beats every third."""
 
@@ -65,42 +68,41 @@ class Protocol:
 
     # -- producers -------------------------------------------------------------------------
 
-    def _task_fields(self, queue, status, parameters, extra):
+    def _write_task(self, pipe, queue, status, parameters, extra, task_id=None):
+        task_id = task_id or new_task_id()
         stamp = encode_time(now())
         fields = {"status": status, "queue": queue, "parameters": parameters,
                   "created": stamp, "updated": stamp}
         fields.update({name: str(value) for name, value in extra.items() if value is not None})
-        return fields
-
-    def _write_task(self, pipe, queue, status, parameters, extra, task_id=None):
-        task_id = task_id or new_task_id()
-        pipe.hset(self.keys.task(task_id), mapping=self._task_fields(queue, status, parameters,
-                                                                      extra))
+        pipe.hset(self.keys.task(task_id), mapping=fields)
         pipe.zincrby(self.keys.queues, 0, queue)
         return task_id
 
     def enqueue(self, queue, parameters_list, extra=None, task_ids=None, pipe=None):
-        """MULTI; HSET task ...; ZINCRBY queues 0 Q; LPUSH pending id; EXEC -- for each
-        parameters string, all in one round trip (one task alone: the same commands in one
-        script). ``task_ids`` lets a caller choose the ids (to hand one out before the task is
-        written); with ``pipe`` (a transaction the caller executes) the commands join it."""
+        """HSET task ...; ZINCRBY queues 0 Q; LPUSH pending id -- for each parameters string,
+        atomically, in one script call per ENQUEUE_BATCH tasks (several calls go in one MULTI).
+        ``task_ids`` lets a caller choose the ids (to hand one out before the task is written);
+        with ``pipe`` (a transaction the caller executes) the calls join it."""
         for parameters in parameters_list:
             check_wire_value("parameters", parameters)
-        task_ids = task_ids or [None] * len(parameters_list)
-        if pipe is None and len(parameters_list) == 1:
-            task_id = task_ids[0] or new_task_id()
-            fields = self._task_fields(queue, k.PENDING, parameters_list[0], extra or {})
-            self.script("enqueue")(
-                keys=[self.keys.task(task_id), self.keys.queues, self.keys.pending(queue)],
-                args=[queue, task_id, *[item for pair in fields.items() for item in pair]])
-            return [task_id]
-        ids = []
+        ids = [task_id or new_task_id() for task_id in task_ids or [None] * len(parameters_list)]
+        extras = [item for name, value in (extra or {}).items() if value is not None
+                  for item in (name, str(value))]
+        head = [queue, self._task_prefix, k.PENDING, encode_time(now()), len(extras) // 2,
+                *extras]
+        keys = [self.keys.queues, self.keys.pending(queue)]
+        calls = [head + [item for pair in zip(ids[start:start + ENQUEUE_BATCH],
+                                              parameters_list[start:start + ENQUEUE_BATCH],
+                                              strict=True) for item in pair]
+                 for start in range(0, len(ids), ENQUEUE_BATCH)]
+        script = self.script("enqueue")
+        if pipe is None and len(calls) == 1:
+            script(keys=keys, args=calls[0])
+            return ids
         own = pipe is None
         pipe = self.redis.pipeline() if own else pipe
-        for parameters, task_id in zip(parameters_list, task_ids, strict=True):
-            task_id = self._write_task(pipe, queue, k.PENDING, parameters, extra or {}, task_id)
-            pipe.lpush(self.keys.pending(queue), task_id)
-            ids.append(task_id)
+        for args in calls:
+            script(keys=keys, args=args, client=pipe)
         if own:
             pipe.execute()
             pipe.reset()

@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from django_blueque.core import Client, Listener
+from django_blueque.core.protocol import ENQUEUE_BATCH
 from tests.core.helpers import assert_time_field, calls_delta, command_calls
 
 BLUEQUE1_FIELDS = {"status", "queue", "parameters", "created", "updated"}
@@ -58,13 +59,24 @@ def test_enqueue_pushes_at_the_head_and_reserve_takes_the_tail(client, proto, r)
     assert proto.reserve("q", "host-a_101", "t2")[0] == second
 
 
-def test_enqueue_many_is_one_transaction_in_order(client, r):
+def test_enqueue_many_is_one_atomic_step_in_order(client, r):
+    client.get_queue("warm-up").enqueue("p")  # the script is loaded: one EVALSHA below
     before = command_calls(r)
     ids = client.get_queue("q").enqueue_many([f"p{n}" for n in range(50)])
     delta = calls_delta(before, command_calls(r))
-    assert (delta["multi"], delta["exec"], delta["hset"], delta["lpush"]) == (1, 1, 50, 50)
+    assert delta == {"evalsha": 1, "hset": 50, "lpush": 50, "zincrby": 1}
     assert r.lrange("blueque_pending_tasks_q", 0, -1) == ids[::-1]
     assert [r.hget(f"blueque_task_{i}", "parameters") for i in ids] == [f"p{n}" for n in range(50)]
+
+
+def test_enqueue_many_beyond_one_batch_is_one_transaction(client, r):
+    client.get_queue("warm-up").enqueue("p")
+    count = ENQUEUE_BATCH * 2 + 5
+    before = command_calls(r)
+    ids = client.get_queue("q").enqueue_many([f"p{n}" for n in range(count)])
+    delta = calls_delta(before, command_calls(r))
+    assert (delta["multi"], delta["exec"], delta["evalsha"], delta["hset"]) == (1, 1, 3, count)
+    assert r.lrange("blueque_pending_tasks_q", 0, -1) == ids[::-1]
 
 
 def test_enqueue_policy_is_written_as_extension_fields(client, r):

@@ -1,9 +1,21 @@
--- enqueue: one task, as blueque 1.0's transaction writes it (HSET task; ZINCRBY queues 0 Q;
--- LPUSH pending id), in one script call: the same effect and atomicity, with one command to
--- send and one reply to read instead of five (batches still go as one MULTI transaction).
--- KEYS[1] task, KEYS[2] queues zset, KEYS[3] pending list
--- ARGV[1] queue, ARGV[2] task id, then the task hash's fields and values
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-redis.call('ZINCRBY', KEYS[2], 0, ARGV[1])
-redis.call('LPUSH', KEYS[3], ARGV[2])
+-- enqueue: tasks as blueque 1.0's transaction writes them (HSET task; ZINCRBY queues 0 Q;
+-- LPUSH pending id, per task), any number in one script call: one command to send and one
+-- reply to read, however many tasks (a MULTI would carry three commands per task).
+-- KEYS[1] queues zset, KEYS[2] pending list
+-- ARGV[1] queue, ARGV[2] task key prefix, ARGV[3] status, ARGV[4] now, ARGV[5] number of
+-- extension field pairs n, then the n pairs, then (task id, parameters) per task
+local queue, prefix, status, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local extras = tonumber(ARGV[5])
+local first = 6 + 2 * extras
+for i = first, #ARGV, 2 do
+  local id = ARGV[i]
+  local fields = {'status', status, 'queue', queue, 'parameters', ARGV[i + 1],
+                  'created', now, 'updated', now}
+  for j = 6, first - 1 do
+    fields[#fields + 1] = ARGV[j]
+  end
+  redis.call('HSET', prefix .. id, unpack(fields))
+  redis.call('LPUSH', KEYS[2], id)
+end
+redis.call('ZINCRBY', KEYS[1], 0, queue)
 return 1
