@@ -153,23 +153,26 @@ def _children_by_parent():
     return children
 
 
-def _vmrss_kb(pid):
+def _pss_kb(pid):
+    """The process's proportional set size: its private pages plus its share of the pages it
+    shares (a forked process shares most of its parent's), so summing over processes counts
+    every page once, where VmRSS would count shared pages in each."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
                 return int(line.split()[1])
     except OSError:
         pass
     return 0
 
 
-def tree_rss_kb(pid):
-    """VmRSS of a process plus its descendants (an engine may keep helpers), and how many."""
+def tree_pss_kb(pid):
+    """PSS of a process plus its descendants (an engine may keep helpers), and how many."""
     children = _children_by_parent()
     todo, total, count = [pid], 0, 0
     while todo:
         current = todo.pop()
-        total += _vmrss_kb(current)
+        total += _pss_kb(current)
         count += 1
         todo.extend(children.get(current, []))
     return total, count

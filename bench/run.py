@@ -27,7 +27,7 @@ from infra import (
     ensure_venv,
     private_redis,
     run_json,
-    tree_rss_kb,
+    tree_pss_kb,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -76,7 +76,7 @@ ROWS = [
     ("fork_ms_per_task", "per-task overhead (median)", "ms", False, "{:.2f}"),
     ("idle_cmds_per_s", "idle listener Redis commands", "cmds/s", False, "{:.2f}"),
     ("idle_connections", "idle listener connections", "conns", False, "{:d}"),
-    ("listener_rss_mib", "idle listener RSS", "MiB", False, "{:.1f}"),
+    ("listener_memory_mib", "idle listener memory (PSS)", "MiB", False, "{:.1f}"),
 ]
 
 
@@ -115,7 +115,7 @@ def measure(system, python, url, profile, workdir):
             time.sleep(profile.settle_s)
             log(f"[{system.name}] idle listener for {profile.idle_s:g} s")
             commands, connections = command_rates(url, profile.idle_s)
-            rss_kb, processes = tree_rss_kb(listener.pid)
+            memory_kb, processes = tree_pss_kb(listener.pid)
             log(f"[{system.name}] pickup latency, {profile.samples} samples")
             latency = role("latency", "--samples", profile.samples,
                            timeout=profile.samples * 12 + 30)
@@ -138,7 +138,7 @@ def measure(system, python, url, profile, workdir):
         "fork_ms_per_task": 1000 * throughput["median_gap"],
         "idle_cmds_per_s": sum(commands.values()),
         "idle_connections": connections,
-        "listener_rss_mib": rss_kb / 1024,
+        "listener_memory_mib": memory_kb / 1024,
     }
     raw = {"enqueue": enqueue, "pickup_ms": latencies_ms, "throughput": throughput,
            "idle_commands_per_s": commands, "listener_processes": processes}

@@ -50,16 +50,16 @@ class RunningTask:
         return self.cancel_requested.is_set() or self.lease_lost.is_set()
 
     def keep_lease(self, parent_pid, own_process=True):
-        """Renew the lease from a daemon thread until ``finished`` is set. ``own_process``: the
-        process exists for this task alone (the forking runner's children), so it may stop
-        itself when the lease is lost or a cancellation finds its listener gone."""
-        threading.Thread(target=self._keep_lease, args=(parent_pid, own_process),
+        """Renew the lease from a daemon thread until ``finished`` is set."""
+        threading.Thread(target=self.renew_lease_until_finished, args=(parent_pid, own_process),
                          name="blueque-lease", daemon=True).start()
 
-    def _keep_lease(self, parent_pid, own_process):
+    def renew_lease_until_finished(self, parent_pid, own_process):
         """Losing the lease means the task was handed to someone else: stop at once, so it
         never runs twice. A cancellation seen here is flagged for ``should_stop()``; if the
-        listener that would stop this process is gone, the process stops itself."""
+        listener that would stop this process is gone, the process stops itself.
+        ``own_process``: the process exists for this task alone (the forking runner's
+        children), so it may stop itself; otherwise it only flags ``should_stop()``."""
         while not self.finished.wait(LEASE_TTL / 3):
             try:
                 held, cancel = self._protocol.renew_lease(self.id, self.token)

@@ -5,7 +5,9 @@ One thread, one ``select()``: the listener waits at once on a blocking peek per 
 it as it was), on its children's exits and on signals (both through a wake-up pipe), and on the
 next timer (heartbeat, timeouts, kill escalations). So it sends nothing while idle but its
 heartbeat, starts a task within milliseconds of its enqueue, and notices a child's death at once.
-The task itself is then reserved by the atomic ``reserve`` script.
+The task itself is then reserved by the atomic ``reserve`` script, its start recorded by the
+listener, and handed through a pipe to a task process forked ahead while the listener was idle
+(a fork costs milliseconds here; it is kept off the way from enqueue to the task's code).
 
 A task's process renews its own lease from a thread, so it keeps running, and records its own
 end, even if its listener dies; it kills itself if it ever loses the lease (the reaper handed
@@ -22,10 +24,12 @@ if they die, the reaper recovers their tasks after their lease expires.
 import json
 import logging
 import os
+import random
 import select
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 
@@ -182,6 +186,7 @@ class ForkingRunner:
         self._wake_r = self._wake_w = None
         self._next_beat = self._next_duties = 0.0
         self._sent_info = None
+        self._spare = None  # (pid, pipe) of a task process forked ahead, waiting for a task
         self._rotation = 0
 
     # -- the listener's loop -----------------------------------------------------------------
@@ -222,6 +227,7 @@ class ForkingRunner:
                 return
             if not self._accepting():
                 self._close_waiters()
+                self._drop_spare()
                 if not self.children:
                     return
             try:
@@ -250,6 +256,7 @@ class ForkingRunner:
             if backoff:
                 logger.info("listener %s: reconnected to Redis", self.listener_id)
                 backoff = 0.0
+            self._keep_spare()
             self._wait(self._next_wakeup() - time.monotonic(),
                        [w for w in self._waiters.values() if w.armed])
 
@@ -344,24 +351,31 @@ class ForkingRunner:
                     self._fork(queue, taken[0], token, taken[1])
         return empty
 
-    def _fork(self, queue, task_id, token, timeout):
-        self.tasks_taken += 1
+    def _spawn(self):
+        """Fork a task process that waits, on a pipe, for the task it is to run."""
         if self._before_fork:
             self._before_fork()
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(write_end)
-            self._child_main(queue, task_id, token, read_end)  # never returns
+            self._child_main(read_end)  # never returns
         os.close(read_end)
+        return pid, write_end
+
+    def _fork(self, queue, task_id, token, timeout):
+        """Run a reserved task in a process: the spare one forked while the listener was idle
+        (so the fork is not on the way from enqueue to the task's code), or a new one. The
+        listener records the start with the process's pid on its own warm connection and hands
+        it the task through the pipe: the code begins one round trip after the reservation."""
+        self.tasks_taken += 1
+        pid, write_end = self._spare or self._spawn()
+        self._spare = None
         self.children[pid] = _Child(pid, queue, task_id, token, timeout)
-        # The listener records the start with the child's pid on its own warm connection and
-        # hands the task to the child through a pipe: the task's code begins one round trip
-        # after the fork, without waiting for the child to connect to Redis.
         try:
             started = self._protocol.start(queue, task_id, self.listener_id, pid, token)
         except CONNECTION_ERRORS:
-            os.close(write_end)  # the child exits unstarted; the task is retried
+            os.close(write_end)  # the process exits unstarted; the task is retried
             self._backlog.append(lambda: self._protocol.finish(
                 queue, task_id, self.listener_id, pid, token, k.FAILED,
                 "could not start the task: Redis unreachable", "ListenerLost", "", True,
@@ -369,15 +383,34 @@ class ForkingRunner:
             raise
         try:
             if isinstance(started, dict):
-                _write_all(write_end, json.dumps(started).encode())
+                _write_all(write_end, json.dumps({"queue": queue, "token": token,
+                                                  "id": task_id, "fields": started}).encode())
                 task_logger.info("task %s (%s) started in pid %d", task_id, queue, pid)
             else:
                 task_logger.info("task %s (%s) not started: %s", task_id, queue,
                                  "cancelled" if started == -1 else "no longer reserved here")
         except OSError:
-            pass  # the child died already; its exit status tells how
+            pass  # the process died already; its exit status tells how
         finally:
             os.close(write_end)
+
+    def _keep_spare(self):
+        """Have a spare task process ready while a slot is free (not in burst mode, where the
+        listener is about to exit)."""
+        if (self._spare is None and not self.burst and self._accepting()
+                and len(self.children) < self.concurrency):
+            self._spare = self._spawn()
+
+    def _drop_spare(self):
+        """Let the spare process go: on end of file it exits at once, unused."""
+        if self._spare is not None:
+            pid, write_end = self._spare
+            self._spare = None
+            os.close(write_end)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
     def _collect_children(self):
         """Reap every exited child (PID 1 here does not reap zombies) and record the end of
@@ -389,6 +422,10 @@ class ForkingRunner:
                 return
             if pid == 0:
                 return
+            if self._spare is not None and pid == self._spare[0]:
+                os.close(self._spare[1])  # it died unused: another is forked when needed
+                self._spare = None
+                continue
             child = self.children.pop(pid, None)
             if child is not None:
                 self._child_ended(child, status)
@@ -490,6 +527,7 @@ class ForkingRunner:
 
     def _shutdown(self):
         self._close_waiters()
+        self._drop_spare()
         try:
             for queue in self.queues:
                 released = self._protocol.release_listener(self.listener_id, queue, own=True)
@@ -506,9 +544,9 @@ class ForkingRunner:
 
     # -- the task's process -------------------------------------------------------------------
 
-    def _child_main(self, queue, task_id, token, start_pipe):
-        """Run one task in the forked process, record its end, and exit (never returns)."""
-        code = 0
+    def _child_main(self, start_pipe):
+        """Wait for a task on the pipe, run it, record its end, and exit (never returns)."""
+        code, task_id = 0, None
         try:
             os.setsid()
             signal.set_wakeup_fd(-1)
@@ -517,10 +555,14 @@ class ForkingRunner:
             for signum in (signal.SIGINT, signal.SIGCHLD):
                 signal.signal(signum, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, _raise_stop)
-            fields = _read_all(start_pipe)
-            if fields:
-                code = self._run_task(queue, Task(task_id, json.loads(fields)), token,
-                                      os.getppid())
+            keeper = _LeaseKeeper()  # a thread's first start costs most here, not later
+            handed = _read_all(start_pipe)
+            if handed:
+                random.seed()  # not the listener's sequence, nor its other children's
+                handed = json.loads(handed)
+                task_id = handed["id"]
+                code = self._run_task(handed["queue"], Task(task_id, handed["fields"]),
+                                      handed["token"], keeper)
         except StopRequested:
             code = 128 + signal.SIGTERM
         except BaseException:
@@ -532,12 +574,12 @@ class ForkingRunner:
             sys.stderr.flush()
             os._exit(code)
 
-    def _run_task(self, queue, task, token, parent_pid):
+    def _run_task(self, queue, task, token, keeper):
         protocol = self._protocol
         task_id = task.id
         running = RunningTask(protocol, task, token)
         set_current_task(running)
-        running.keep_lease(parent_pid)
+        keeper.keep(running, os.getppid())
         try:
             value = encode_result(self._callback(task))
             outcome, error_type, trace = k.COMPLETE, "", ""
@@ -559,6 +601,26 @@ class ForkingRunner:
         if self._on_task_end:
             self._on_task_end(task, recorded, value, error_type)
         return 0
+
+
+class _LeaseKeeper(threading.Thread):
+    """The thread that will renew the task's lease, started while the process still waits for
+    its task: it then only has to be told which task it keeps."""
+
+    def __init__(self):
+        super().__init__(name="blueque-lease", daemon=True)
+        self._given = threading.Event()
+        self._task = None
+        self.start()
+
+    def keep(self, running, parent_pid):
+        self._task = (running, parent_pid)
+        self._given.set()
+
+    def run(self):
+        self._given.wait()
+        running, parent_pid = self._task
+        running.renew_lease_until_finished(parent_pid, own_process=True)
 
 
 def _write_all(fd, data):

@@ -166,3 +166,19 @@ def test_bq_status_prints_queues_listeners_and_running_tasks(manage, blueque, r)
     assert listener_row.split()[1] == "demo.long"
     task_row = next(line for line in lines if line.startswith(task_id))
     assert "% step" in task_row
+
+
+def test_sighup_restarts_the_listener_gracefully_with_fresh_code(manage, blueque, r):
+    running = long_task.enqueue(steps=10, delay=0.1)
+    listener = manage.start("bq_listen", "demo.long", "--noreload")
+    wait_for(lambda: get_result(running).status == "started", what="task start")
+    listener.send_signal(signal.SIGHUP)
+    assert get_result(running).wait(timeout=20).status == "complete"  # finished, not lost
+    after = long_task.enqueue(steps=1, delay=0)
+    assert get_result(after).wait(timeout=20).status == "complete"  # served after the restart
+    assert listener.poll() is None  # the same process, re-executed
+    assert r.smembers("blueque_listeners_demo.long") == {
+        get_result(after).node}  # registered again under the same id, once
+    listener.terminate()
+    output, _ = listener.communicate(timeout=20)
+    assert output.count("started on demo.long") == 2
