@@ -178,12 +178,10 @@ def expire_finished(client, queues=None, retention=None, dry_run=False):
     for queue in queues:
         default = retention(queue) if callable(retention) else retention
         for status in k.FINISHED:
-            if dry_run:
-                continue
-            count = client.protocol.expire_finished(queue, status, default)
+            count = client.protocol.expire_finished(queue, status, default, dry_run=dry_run)
             if count:
-                actions.append(Action(queue, f"deleted {count} {status} tasks",
-                                      "retention passed"))
+                actions.append(Action(queue, f"{'would delete' if dry_run else 'deleted'} "
+                                      f"{count} {status} tasks", "retention passed"))
     return actions
 
 

@@ -259,11 +259,13 @@ class Protocol:
             pipe.lrem(self.keys.finished(queue, status), 1, task_id)
             pipe.execute()
 
-    def expire_finished(self, queue, status, default_retention=None, batch=1000):
+    def expire_finished(self, queue, status, default_retention=None, batch=1000, dry_run=False):
+        """Delete (or with ``dry_run`` count) the oldest finished tasks past their retention."""
         return self.script("expire_finished")(
             keys=[self.keys.finished(queue, status)],
             args=[self._task_prefix, encode_time(now()),
-                  "" if default_retention is None else default_retention, batch])
+                  "" if default_retention is None else default_retention, batch,
+                  "1" if dry_run else "0"])
 
     def queue_names(self):
         return self.redis.zrange(self.keys.queues, 0, -1)

@@ -115,17 +115,25 @@ def test_bq_schedule_once(manage, blueque, r):
     assert r.lrange("blueque_pending_tasks_demo.report", 0, -1) == [task_id]
 
 
-def test_bq_reap_dry_run_changes_nothing(manage, blueque, r):
+def test_bq_reap_dry_run_changes_nothing_and_once_does_it(manage, blueque, r):
     dead = "gone-host_999999"
     r.zadd("blueque_queues", {"demo.long": 1})
     r.sadd("blueque_listeners_demo.long", dead)
     r.zadd("blueque_listener_leases_demo.long", {dead: time.time() - 60})
     r.lpush(f"blueque_reserved_tasks_demo.long_{dead}", "some-id")
+    for n, expires in enumerate([time.time() - 30] * 3 + [time.time() + 3600]):
+        r.hset(f"blueque_task_old{n}", mapping={"status": "failed", "queue": "demo.long",
+                                               "updated": "1.0", "expires": repr(expires)})
+        r.lpush("blueque_failed_tasks_demo.long", f"old{n}")  # oldest at the tail
     before = {key: r.dump(key) for key in r.keys("*")}
     result = manage.run("bq_reap", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "would release listener" in result.stdout and dead in result.stdout
+    assert "would delete 3 failed tasks" in result.stdout
     assert {key: r.dump(key) for key in r.keys("*")} == before
+    result = manage.run("bq_reap", "--once")
+    assert "deleted 3 failed tasks" in result.stdout
+    assert r.lrange("blueque_failed_tasks_demo.long", 0, -1) == ["old3"]
 
 
 @pytest.mark.parametrize("args,needle", [

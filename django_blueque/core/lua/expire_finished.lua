@@ -4,10 +4,11 @@
 -- kept for its own retention, else the default, after its last update; forever when it has
 -- neither (or its 'updated' does not parse).
 -- KEYS[1] complete or failed list
--- ARGV[1] task key prefix, ARGV[2] now, ARGV[3] default retention (s) or '', ARGV[4] most to delete
-local now, deleted = tonumber(ARGV[2]), 0
+-- ARGV[1] task key prefix, ARGV[2] now, ARGV[3] default retention (s) or '', ARGV[4] most to delete,
+-- ARGV[5] '1' to count what would be deleted and change nothing (the reaper's dry run)
+local now, deleted, dry = tonumber(ARGV[2]), 0, ARGV[5] == '1'
 while deleted < tonumber(ARGV[4]) do
-  local id = redis.call('LINDEX', KEYS[1], -1)
+  local id = redis.call('LINDEX', KEYS[1], dry and -(deleted + 1) or -1)
   if not id then
     break
   end
@@ -25,8 +26,10 @@ while deleted < tonumber(ARGV[4]) do
   if not expires or expires > now then
     break
   end
-  redis.call('RPOP', KEYS[1])
-  redis.call('DEL', task)
+  if not dry then
+    redis.call('RPOP', KEYS[1])
+    redis.call('DEL', task)
+  end
   deleted = deleted + 1
 end
 return deleted
