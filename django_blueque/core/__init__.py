@@ -1,7 +1,7 @@
 """The Blueque engine: Redis queues for very long tasks, wire-compatible with blueque 1.0.
 
-No Django in here: redis-py and the standard library only. ``from django_blueque.core import
-Client, ForkingRunner`` is blueque 1.0's API.
+No Django in here: redis-py and the standard library only. Its ``Client`` and
+``ForkingRunner`` are blueque 1.0's API.
 """
 
 from .client import Client, Listener, Processor, Queue, Task

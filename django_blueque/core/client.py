@@ -1,6 +1,7 @@
 """blueque 1.0's public API (Client, Queue, Task, Listener, Processor) on the protocol module.
 
-Code written for blueque 1.0 runs unchanged after ``from django_blueque.core import Client``.
+Code written for blueque 1.0 runs unchanged once its import names this package instead of
+``blueque``.
 Additions are keyword arguments and extra attributes only.
 """
 

@@ -148,3 +148,16 @@ def test_unknown_task_reads_as_status_none(client):
     task = client.get_task("7b0d3a52-0000-4000-8000-000000000000")
     assert task.status is None and task.parameters is None and task.pid is None
     assert [t.status for t in client.get_tasks(["nope", "nada"])] == [None, None]
+
+
+def test_the_engine_imports_without_django():
+    """A blueque 1.0 user switching imports needs no Django: nothing under core pulls it in."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, django_blueque.core; "
+            "assert not any(m == 'django' or m.startswith('django.') for m in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
