@@ -7,6 +7,7 @@ from urllib.parse import quote
 import pytest
 
 from django_blueque.core import Client
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -17,16 +18,6 @@ def log_in(page, site, next_url="/admin/blueque/"):
     page.fill("#id_password", site["password"])
     page.click("input[type=submit]")
     page.wait_for_url(f"{site['url']}{next_url}")
-
-
-def wait_for(condition, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def progress_of(page):
@@ -63,7 +54,7 @@ def test_operator_follows_a_long_task_then_retries_a_failed_one(page, site, shot
     # a task that fails once (no automatic retry) and succeeds when retried
     engine = Client(site["redis_url"])
     task_id = engine.get_queue("demo.flaky").enqueue('{"succeed_on": 2}', retries=0)
-    wait_for(lambda: engine.get_task(task_id).status == "failed", what="the failure")
+    wait_for(lambda: engine.get_task(task_id).status == "failed", 30, "the failure")
     page.reload()
     page.click("tr[data-queue='demo.flaky'] td.state-failed a")
     page.wait_for_selector(f"#result_list a:has-text('{task_id}')")

@@ -41,7 +41,7 @@ def test_sigterm_mid_task_finishes_it_and_exits_cleanly(manage, blueque, r):
     task_id = long_task.enqueue(steps=10, delay=0.2)
     waiting = long_task.enqueue(steps=1, delay=0)
     listener = manage.start("bq_listen", "demo.long", "--noreload", "-c", "1")
-    wait_for(lambda: get_result(task_id).status == "started", what="task start")
+    wait_for(lambda: get_result(task_id).status == "started", message="task start")
     listener.send_signal(signal.SIGTERM)
     output, _ = listener.communicate(timeout=30)
     assert listener.returncode == 0, output
@@ -54,7 +54,7 @@ def test_sigterm_mid_task_finishes_it_and_exits_cleanly(manage, blueque, r):
 def test_second_sigterm_exits_at_once_and_the_task_still_completes(manage, blueque, r):
     task_id = long_task.enqueue(steps=6, delay=0.5)
     listener = manage.start("bq_listen", "demo.long", "--noreload", "-c", "1")
-    wait_for(lambda: get_result(task_id).status == "started", what="task start")
+    wait_for(lambda: get_result(task_id).status == "started", message="task start")
     listener.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     listener.send_signal(signal.SIGTERM)
@@ -69,7 +69,7 @@ def test_sigkill_of_listener_and_tasks_is_recovered_by_bq_reap_on_another_node(
         manage, blueque, r):
     ids = [long_task.enqueue(steps=600, delay=0.1) for _ in range(2)]
     listener = manage.start("bq_listen", "demo.long", "--noreload", "-c", "2")
-    wait_for(lambda: started_count(r) == 2, what="two tasks started")
+    wait_for(lambda: started_count(r) == 2, message="two tasks started")
     children = [int(member.split()[1]) for member in
                 r.smembers("blueque_started_tasks_demo.long")]
     # the node dies: the listener and its task processes, all at once
@@ -86,7 +86,7 @@ def test_sigkill_of_listener_and_tasks_is_recovered_by_bq_reap_on_another_node(
         reaped.append(result.stdout)
         return all(get_result(t).status == "failed" for t in ids)
 
-    wait_for(recovered, timeout=40, what="recovery by bq_reap")
+    wait_for(recovered, timeout=40, message="recovery by bq_reap")
     assert time.monotonic() - killed_at < 35
     for task_id in ids:
         assert get_result(task_id).error.startswith("listener lost")
@@ -100,7 +100,7 @@ def test_bq_schedule_moves_a_scheduled_task_on_time(manage, blueque):
     task_id = report.schedule(datetime.timedelta(seconds=1.5), title="on time")
     scheduler = manage.start("bq_schedule", "--interval", "0.5")
     due = time.time() + 1.5
-    wait_for(lambda: get_result(task_id).status == "pending", timeout=10, what="move")
+    wait_for(lambda: get_result(task_id).status == "pending", timeout=10, message="move")
     assert time.time() - due < 1.5  # within its interval (plus process start slack)
     scheduler.send_signal(signal.SIGTERM)
     assert scheduler.wait(10) == 0
@@ -162,7 +162,7 @@ def test_bq_status_prints_queues_listeners_and_running_tasks(manage, blueque, r)
     task_id = long_task.enqueue(steps=100, delay=0.1)
     report.enqueue(title="waiting: no listener on demo.report")
     manage.start("bq_listen", "demo.long", "--noreload")
-    wait_for(lambda: (get_result(task_id).progress or 0) > 0, what="progress")
+    wait_for(lambda: (get_result(task_id).progress or 0) > 0, message="progress")
     result = manage.run("bq_status")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -179,7 +179,7 @@ def test_bq_status_prints_queues_listeners_and_running_tasks(manage, blueque, r)
 def test_sighup_restarts_the_listener_gracefully_with_fresh_code(manage, blueque, r):
     running = long_task.enqueue(steps=10, delay=0.1)
     listener = manage.start("bq_listen", "demo.long", "--noreload")
-    wait_for(lambda: get_result(running).status == "started", what="task start")
+    wait_for(lambda: get_result(running).status == "started", message="task start")
     listener.send_signal(signal.SIGHUP)
     assert get_result(running).wait(timeout=20).status == "complete"  # finished, not lost
     after = long_task.enqueue(steps=1, delay=0)

@@ -5,28 +5,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import redis
 
 from tests.redis_server import RedisServer
+from tests.waiting import wait_for  # noqa: F401  (re-exported)
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def wait_for(predicate, timeout, message="", interval=0.05):
-    """Poll predicate() until it returns something truthy; fail with message after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout} s: {detail}")
-        time.sleep(interval)
 
 
 def pid_alive(pid):

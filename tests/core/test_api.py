@@ -161,3 +161,16 @@ def test_the_engine_imports_without_django():
     result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_listener_stop_unregisters_and_requeues_what_it_had_not_started(client, r):
+    queue = client.get_queue("q")
+    task_id = queue.enqueue("p")
+    listener = client.get_listener("q")
+    assert r.zscore("blueque_queues", "q") == 1
+    assert listener.listen().id == task_id
+    listener.stop()
+    assert r.smembers("blueque_listeners_q") == set()
+    assert r.zscore("blueque_queues", "q") == 0
+    assert r.lrange("blueque_pending_tasks_q", 0, -1) == [task_id]
+    assert client.get_task(task_id).status == "pending"

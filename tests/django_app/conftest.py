@@ -1,10 +1,11 @@
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_for  # noqa: F401  (re-exported)
 
 MANAGE = Path(__file__).resolve().parents[2] / "testproject" / "manage.py"
 
@@ -50,13 +51,3 @@ def manage(redis_url, tmp_path):
     runner = Manage(redis_url, tmp_path)
     yield runner
     runner.stop_all()
-
-
-def wait_for(condition, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

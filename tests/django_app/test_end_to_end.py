@@ -24,7 +24,7 @@ def test_demo_page_starts_a_long_task_that_reports_progress_and_completes(client
     assert response.status_code == 302
     task_id, kind = client.session["started"][0]
     result = get_result(task_id)
-    progress = wait_for(lambda: result.refresh().progress, what="progress")
+    progress = wait_for(lambda: result.refresh().progress, message="progress")
     assert 0 < progress <= 100
     assert result.wait(timeout=30).status == "complete"
     assert result.result == {"steps": 8, "seconds": 4.0}

@@ -4,8 +4,9 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
+
+from tests.waiting import wait_for
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -13,19 +14,6 @@ BQ1_SCRIPT = HERE / "bq1_script.py"
 OURS_SCRIPT = HERE / "ours_script.py"
 RUNS_KEY = "interop_runs"
 TIMESTAMP_FIELDS = {"created", "updated"}
-
-
-def wait_for(predicate, timeout, message, interval=0.05):
-    """Poll predicate() until it returns something truthy; fail with message after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout}s: {detail}")
-        time.sleep(interval)
 
 
 class Process:
