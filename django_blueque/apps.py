@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.conf import settings
 from django.utils.module_loading import autodiscover_modules
 from django.utils.translation import gettext_lazy as _
 
@@ -14,3 +15,9 @@ class BluequeConfig(AppConfig):
         # Every installed app's tasks.py registers its @blueque_task functions, so bq_listen
         # finds every task without configuration.
         autodiscover_modules("tasks")
+        if any(params.get("BACKEND") == "django_blueque.backends.BluequeBackend"
+               for params in getattr(settings, "TASKS", {}).values()):
+            # Django's Tasks framework (Django 6+) through Blueque: a queue per Tasks queue
+            from .backends import register_queues
+
+            register_queues()
