@@ -13,6 +13,7 @@ from .core import ForkingRunner, enqueue_due_tasks, reap
 from .registry import close_connections_before_fork, registered_tasks, run_task, task_ended
 
 logger = logging.getLogger("django_blueque.scheduler")
+reaper_logger = logging.getLogger("django_blueque.reaper")
 
 
 def retention_for(queue):
@@ -118,7 +119,8 @@ def build_listener(queues, concurrency=None, burst=False, max_tasks=None, duties
     if duties:
         def periodic_duties():
             schedule_once()
-            reap_once()
+            for action in reap_once():
+                reaper_logger.info("%s", action)
 
     return ForkingRunner(
         get_client(), queues, run_task, concurrency or conf.concurrency, burst=burst,

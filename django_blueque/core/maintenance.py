@@ -186,11 +186,10 @@ def expire_finished(client, queues=None, retention=None, dry_run=False):
 
 
 def reap(client, queues=None, retention=None, dry_run=False, hostname=None):
-    """One full reaper pass; returns the list of Actions."""
+    """One full reaper pass; returns the list of Actions (the caller reports them: bq_reap
+    prints them, a listener running the reaper logs them)."""
     queues = list(queues if queues is not None else client.queue_names())
     actions = reap_listeners(client, queues, dry_run, hostname)
     actions += recover_lost_tasks(client, queues, dry_run, hostname)
     actions += expire_finished(client, queues, retention, dry_run)
-    for action in actions:
-        logger.info("%s", action)
     return actions

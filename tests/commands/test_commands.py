@@ -130,6 +130,7 @@ def test_bq_reap_dry_run_changes_nothing_and_once_does_it(manage, blueque, r):
     assert result.returncode == 0, result.stderr
     assert "would release listener" in result.stdout and dead in result.stdout
     assert "would delete 3 failed tasks" in result.stdout
+    assert dead not in result.stderr  # printed once, not logged as well
     assert {key: r.dump(key) for key in r.keys("*")} == before
     result = manage.run("bq_reap", "--once")
     assert "deleted 3 failed tasks" in result.stdout
