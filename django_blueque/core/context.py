@@ -4,6 +4,7 @@ import logging
 import os
 import signal
 import threading
+import time
 
 import redis
 
@@ -35,6 +36,7 @@ class RunningTask:
         self.cancel_requested = threading.Event()
         self.lease_lost = threading.Event()
         self.finished = threading.Event()
+        self.timed_out = threading.Event()  # stopped by its own deadline (listener gone)
 
     def report_progress(self, percent, message=""):
         """Record how far the task is (0..100) and a message anyone can read."""
@@ -79,6 +81,23 @@ class RunningTask:
                 self.cancel_requested.set()
                 if own_process and os.getppid() != parent_pid:
                     os.kill(os.getpid(), signal.SIGTERM)
+            if own_process and os.getppid() != parent_pid:
+                self._enforce_timeout_alone()
+
+    def _enforce_timeout_alone(self):
+        """With its listener gone, nobody else stops a task past its timeout, and its lease,
+        renewed here, would keep it running for ever: SIGTERM itself (recorded as timed out),
+        then SIGKILL a lease period later if it is still there."""
+        timeout, began = self.task.timeout, self.task.started
+        if not timeout or began is None or time.time() < began + timeout:
+            return
+        if not self.timed_out.is_set():
+            self.timed_out.set()
+            logger.warning("task %s: timed out after %g s with its listener gone; stopping",
+                           self.id, timeout)
+            os.kill(os.getpid(), signal.SIGTERM)
+        else:
+            os.killpg(os.getpid(), signal.SIGKILL)
 
 
 def current_task():

@@ -587,9 +587,13 @@ class ForkingRunner:
                 # it saw should_stop() and ended early: what the operator asked for
                 outcome, value, error_type = k.FAILED, "cancelled", "Cancelled"
         except StopRequested:
-            if not running.cancel_requested.is_set():
+            if running.cancel_requested.is_set():
+                outcome, value, error_type, trace = k.FAILED, "cancelled", "Cancelled", ""
+            elif running.timed_out.is_set():
+                outcome, error_type, trace = k.FAILED, "Timeout", ""
+                value = f"timed out after {task.timeout:g} s"
+            else:
                 raise  # stopped by the listener, which records why
-            outcome, value, error_type, trace = k.FAILED, "cancelled", "Cancelled", ""
         except BaseException as exc:
             outcome = k.FAILED
             value, error_type, trace = error_fields(exc)

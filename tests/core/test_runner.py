@@ -478,3 +478,20 @@ def test_sigkilled_listener_running_tasks_finish_and_reserved_ones_are_requeued(
     successor = start_runner()
     assert finished(client, unstarted, successor).result == "done:unstarted"
     assert [run["id"] for run in runs()].count(unstarted) == 1
+
+
+@pytest.mark.slow
+def test_an_orphaned_task_past_its_timeout_stops_itself(client, r, start_runner, runs):
+    """Its listener killed, a task's process still enforces the task's timeout on itself: the
+    lease it renews would otherwise keep a hung task running for ever."""
+    task_id = client.get_queue("q").enqueue(job(sleep=120, mark="finished"), timeout=2)
+    runner = start_runner()
+    pid = started(client, task_id, runner).pid
+    runner.signal(signal.SIGKILL)
+    runner.wait(10)
+    assert pid_alive(pid)
+    task = finished(client, task_id, runner, timeout=20)
+    assert (task.status, task.error_type, task.error) == ("failed", "Timeout",
+                                                          "timed out after 2 s")
+    wait_for(lambda: not pid_alive(pid), 10, "the orphaned process to exit")
+    assert not r.exists("finished")
