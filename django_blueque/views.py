@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 import redis
 from django.contrib import admin, messages
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -446,9 +446,11 @@ def _bulk_title(action, state, queue_name):
 
 
 def _bulk_request(request, data):
-    """The checked job parameters of a bulk request (PermissionDenied without the right)."""
+    """The checked job parameters of a bulk POST: 400 if malformed, 403 without the right."""
     params = _bulk_params(data)
-    if params is not None and not request.user.has_perm(actions.bulk_permission(params[0])):
+    if params is None:
+        raise BadRequest(_("No such bulk action."))
+    if not request.user.has_perm(actions.bulk_permission(params[0])):
         raise PermissionDenied
     return params
 
@@ -458,8 +460,6 @@ def _bulk_request(request, data):
 def bulk_start(request):
     """Start retrying or deleting a whole list, once confirmed."""
     params = _bulk_request(request, request.POST)
-    if params is None:
-        return HttpResponseBadRequest(_("No such bulk action."))
     action, state, queue_name = params
     if request.POST.get("confirm") != "yes":
         count = Reader(get_client()).length(queue_name, state)
@@ -501,8 +501,6 @@ def bulk_job(request):
 def bulk_step(request):
     """Run the job's next batches for a fraction of a second; JSON for the page's script."""
     params = _bulk_request(request, request.POST)
-    if params is None:
-        return HttpResponseBadRequest(_("No such bulk action."))
     actions.step_bulk(*params)
     job = Reader(get_client()).bulk_job(*params)
     if job is None:
@@ -516,8 +514,6 @@ def bulk_step(request):
 @staff_view()
 def bulk_stop(request):
     params = _bulk_request(request, request.POST)
-    if params is None:
-        return HttpResponseBadRequest(_("No such bulk action."))
     if actions.stop_bulk(*params, request.user):
         messages.success(request, _("The job is stopped; what it did stays done."))
     else:

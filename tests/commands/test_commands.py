@@ -142,6 +142,7 @@ def test_bq_reap_dry_run_changes_nothing_and_once_does_it(manage, blueque, r):
     (["bq_listen", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["bq_schedule", "--interval", "-1"], "--interval must be positive"),
     (["bq_reap", "--interval", "-1"], "--interval must be positive"),
+    (["bq_reap", "--interval", "0"], "--interval must be positive"),
 ])
 def test_bad_arguments_exit_non_zero_with_one_clear_line(manage, blueque, args, needle):
     result = manage.run(*args)

@@ -8,7 +8,8 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from django_blueque.conf import get_client
+from django_blueque.conf import get_client, get_settings
+from django_blueque.worker import run_loop
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -41,6 +42,30 @@ class BluequeCommand(BaseCommand):
 
     def ping(self):
         get_client().redis.ping()
+
+
+class LoopCommand(BluequeCommand):
+    """A command that repeats one pass every --interval seconds, or makes one with --once."""
+
+    interval_setting = None  # the attribute of conf.Settings giving the default interval
+
+    def add_arguments(self, parser):
+        super().add_arguments(parser)
+        parser.add_argument("--once", action="store_true", help="One pass, then exit.")
+        parser.add_argument("--interval", type=float, default=None,
+                            help=f"Seconds between passes (default BLUEQUE"
+                                 f"['{self.interval_setting.upper()}']).")
+
+    def interval(self, options):
+        if options["interval"] is None:
+            return getattr(get_settings(), self.interval_setting)
+        if options["interval"] <= 0:
+            raise CommandError("--interval must be positive")
+        return options["interval"]
+
+    def loop(self, step, interval):
+        self.ping()
+        run_loop(step, interval, StopFlag())
 
 
 class StopFlag:
