@@ -28,7 +28,8 @@ def free_port():
 class RedisServer:
     """A redis-server process that can be stopped and restarted on the same port."""
 
-    def __init__(self, binary=None):
+    def __init__(self, binary=None, extra_args=()):
+        self.extra_args = list(extra_args)
         self.binary = binary or shutil.which("redis-server")
         if not self.binary:
             raise RuntimeError("redis-server not found on PATH; install Debian's redis-server")
@@ -43,7 +44,8 @@ class RedisServer:
     def start(self):
         self.process = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir, "--daemonize", "no", "--loglevel", "warning"],
+             "--appendonly", "no", "--dir", self.dir, "--daemonize", "no", "--loglevel", "warning",
+             *self.extra_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + 10

@@ -9,18 +9,26 @@ import datetime
 import logging
 import os
 import socket
+import threading
 import time
+import weakref
 
 import redis
-import redis.sentinel
 
 from . import keys as k
-from .context import RunningTask, set_current_task
-from .protocol import HEARTBEAT_TTL, Protocol, check_wire_value, new_token
+from .connections import AcknowledgedProtocol, engine_twin, url_redis
+from .context import RunningTask, current_task, set_current_task
+from .maintenance import process_running
+from .orphans import dead_local_listeners
+from .outages import Outage
+from .protocol import HEARTBEAT_TTL, LEASE_TTL, Protocol, check_wire_value, new_token
 
 logger = logging.getLogger("django_blueque.engine")
 
 POLICY_FIELDS = ("retries", "backoff", "timeout", "retention")
+
+LISTEN_BLOCK = 5
+"""Seconds one blocking peek of ``Listener.listen()`` lasts before it is renewed."""
 
 
 def to_timestamp(eta):
@@ -52,56 +60,24 @@ def policy_fields(retries=None, backoff=None, timeout=None, retention=None):
     return fields
 
 
-try:
-    from redis.driver_info import DriverInfo
-except ImportError:  # redis-py < 7 computes its driver name once, at import
-    DriverInfo = None
-
-
-def engine_options():
-    """Connection options of every engine client: strings, not bytes, with invalid UTF-8
-    from a foreign producer replaced rather than raised (it must never crash a listener or a
-    page); and the driver name computed once, since redis-py 7+ otherwise looks its own
-    version up for every new connection, which costs each forked task process milliseconds."""
-    options = {"decode_responses": True, "encoding_errors": "replace"}
-    if DriverInfo is not None:
-        options["driver_info"] = _DRIVER_INFO
-    return options
-
-
-_DRIVER_INFO = DriverInfo() if DriverInfo is not None else None
-
-
-def decoding_twin(redis_client):
-    """A client on the same server and options as ``redis_client`` with the engine's options,
-    and its own pool (the original's users, e.g. a cache, keep getting bytes)."""
-    pool = redis_client.connection_pool
-    options = dict(pool.connection_kwargs, **engine_options())
-    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
-        options.pop("connection_pool", None)
-        twin = redis.sentinel.SentinelConnectionPool(pool.service_name, pool.sentinel_manager,
-                                                     **options)
-    else:
-        twin = type(pool)(connection_class=pool.connection_class,
-                          max_connections=pool.max_connections, **options)
-    return redis.Redis(connection_pool=twin)
-
-
 class Client:
     """The connection to a Blueque system; makes the other objects.
 
     ``Client(url)`` as in blueque 1.0, or ``Client(redis_client=an_existing_client)``, whose
-    server and options are used through a pool of the engine's own (see engine_options).
+    server and options are used through a pool of the engine's own (see connections.py: every
+    connection follows a primary that moved). ``wait_replicas``: a task's start and end count
+    once that many replicas acknowledged them (within ``wait_timeout`` seconds).
     """
 
-    def __init__(self, url=None, *, redis_client=None, prefix=k.DEFAULT_PREFIX, **kwargs):
+    def __init__(self, url=None, *, redis_client=None, prefix=k.DEFAULT_PREFIX, wait_replicas=0,
+                 wait_timeout=1.0, **kwargs):
         if redis_client is None:
-            redis_client = redis.Redis.from_url(url or "redis://localhost:6379/0",
-                                                **{**engine_options(), **kwargs})
+            redis_client = url_redis(url or "redis://localhost:6379/0", **kwargs)
         else:
-            redis_client = decoding_twin(redis_client)
+            redis_client = engine_twin(redis_client)
         self.redis = redis_client
-        self.protocol = Protocol(redis_client, prefix)
+        self.protocol = (AcknowledgedProtocol(redis_client, prefix, wait_replicas, wait_timeout)
+                         if wait_replicas else Protocol(redis_client, prefix))
         self.keys = self.protocol.keys
 
     def get_queue(self, name):
@@ -157,8 +133,10 @@ class Queue:
                                        policy_fields(**policy))
 
     def enqueue_due_tasks(self):
-        """Move this queue's due scheduled tasks to the queue; returns their ids."""
-        return self._protocol.move_due(self.name)
+        """Move this queue's due scheduled tasks to the queue; returns their ids. Due by this
+        process's clock, as in blueque 1.0 (the scheduler, ``enqueue_due_tasks(client)``,
+        goes by Redis's)."""
+        return self._protocol.move_due(self.name, by_caller_clock=True)
 
     def delete_task(self, task):
         if task.queue != self.name:
@@ -166,8 +144,9 @@ class Queue:
         self._protocol.delete(self.name, task.id, task.status)
 
     def retry_task(self, task):
-        """Put a failed task back in the queue; False if it was not failed."""
-        return self._protocol.retry(self.name, task.id)
+        """Put a failed task back in the queue; False if it was not failed (or was too deep
+        in a long failed list to take out: see protocol.UNLIST_WINDOW)."""
+        return self._protocol.retry(self.name, task.id) == 1
 
 
 def _number(kind, value):
@@ -178,8 +157,9 @@ def _number(kind, value):
 
 
 class Task:
-    """A read-only view of a task hash. A missing field reads as None; an unknown task has
-    status None. Numbers written by a foreign producer that do not parse read as None (the raw
+    """A read-only view of a task hash, as blueque 1.0's: every field is a property (assigning
+    one raises AttributeError), a missing field reads as None and an unknown task has status
+    None. Numbers written by a foreign producer that do not parse read as None (the raw
     strings stay in ``fields``) rather than raising."""
 
     _INTS = ("pid", "attempts", "retries")
@@ -187,34 +167,44 @@ class Task:
                "backoff", "timeout", "retention", "cancel_requested")
 
     def __init__(self, task_id, fields):
-        self.id = task_id
+        self._id = task_id
         self.fields = dict(fields)
 
     def __repr__(self):
         return f"<Task {self.id} {self.status}>"
 
-    def __getattr__(self, name):
-        if name in k.PROTOCOL_FIELDS or name in k.EXTENSION_FIELDS:
-            value = self.fields.get(name)
-            if value is None:
-                return None
-            if name in self._INTS:
-                return _number(int, value)
-            if name in self._FLOATS:
-                return _number(float, value)
-            return value
-        raise AttributeError(name)
+    @property
+    def id(self):
+        return self._id
+
+    def _field(self, name):
+        value = self.fields.get(name)
+        if value is None:
+            return None
+        if name in self._INTS:
+            return _number(int, value)
+        if name in self._FLOATS:
+            return _number(float, value)
+        return value
 
     @property
     def exists(self):
         return bool(self.fields)
 
 
+for _name in k.PROTOCOL_FIELDS + k.EXTENSION_FIELDS:
+    setattr(Task, _name, property(lambda task, name=_name: task._field(name),
+                                  doc=f"The task's {_name!r} field."))
+del _name
+
+
 class Listener:
     """Takes tasks from one queue for one node (blueque 1.0's Listener; registers at creation).
 
     Its id is ``<host>_<pid>``, which blueque 1.0 workers parse. ``listen()`` waits with a
-    blocking command instead of polling and reserves atomically.
+    blocking command instead of polling and reserves atomically. A daemon thread renews its
+    heartbeat for as long as its process lives (or until ``stop()``), so a program that holds
+    a listener while it runs a long task, as blueque 1.0 programs do, is never judged dead.
     """
 
     def __init__(self, client, queue_name, listener_id=None, info=None):
@@ -224,45 +214,82 @@ class Listener:
         self.hostname = socket.getfqdn()
         self.id = listener_id or f"{self.hostname}_{os.getpid()}"
         self._info = info or {"host": self.hostname, "pid": os.getpid(), "queues": self.queue}
-        self._next_beat = 0.0
+        self._stopped = threading.Event()
+        self._beating = threading.Lock()  # so that no beat re-registers it after stop()
         self.beat()
+        # the thread holds the listener weakly: once nothing else does, it stops beating
+        threading.Thread(target=_keep_beating, args=(weakref.ref(self), self._stopped),
+                         name=f"blueque-heartbeat-{self.queue}", daemon=True).start()
 
     def beat(self):
         """Renew the heartbeat, registering with the listener's info when needed."""
-        registered, _ = self._protocol.heartbeat(self.id, [self.queue], collect_cancels=False)
+        registered = self._protocol.heartbeat(self.id, [self.queue], collect_cancels=False)[0]
         if registered:
             self._protocol.heartbeat(self.id, [self.queue], self._info, collect_cancels=False)
-        self._next_beat = time.monotonic() + HEARTBEAT_TTL / 3
+
+    def _beat_from_thread(self, outage):
+        with self._beating:
+            if self._stopped.is_set():
+                return
+            try:
+                self.beat()
+            except redis.RedisError as exc:
+                outage.failed(exc)
+            else:
+                outage.recovered()
 
     def listen(self):
         """Block until a task is reserved for this listener; returns it."""
         pending = self._protocol.keys.pending(self.queue)
         while True:
             taken = self._protocol.reserve(self.queue, self.id, new_token())
-            if taken is not None and taken[1] is not None:
+            if taken is not None and taken[1]:
                 return self._client.get_task(taken[0])
             if taken is not None:
-                logger.warning("queue %s: skipped id %s with no pending task", self.queue, taken[0])
+                logger.warning("queue %s: dropped id %r: %s", self.queue, taken[0], taken[2])
                 continue
-            wait = max(0.01, self._next_beat - time.monotonic())
             # Blocking peek: moves the tail to the tail (no change) once the list has one.
-            self._client.redis.blmove(pending, pending, wait, "RIGHT", "RIGHT")
-            if time.monotonic() >= self._next_beat:
-                self.beat()
+            self._client.redis.blmove(pending, pending, LISTEN_BLOCK, "RIGHT", "RIGHT")
 
     def claim_orphan(self):
-        """Recover the tasks of dead listeners of this queue (all of them, any host for our
-        listeners, this host for blueque 1.0's). Recovered tasks go back to the queue, so
-        this returns None: ``listen()`` picks them up."""
-        from .maintenance import reap_listeners
-
-        reap_listeners(self._client, [self.queue])
+        """blueque 1.0's claim: the newest reserved or started task of a dead listener of this
+        queue on this host (its pid is gone), which is unregistered; None if there is none.
+        The task stays reserved or started under the dead listener's id, marked
+        ``reclaimed_node``: the caller runs it (reserved) or waits for its pid (started), as
+        1.0's runner does. Unlike 1.0, the dead listener's other unstarted tasks go back to
+        the queue. (Dead listeners of other hosts, and of our runners, are the reaper's.)"""
+        for listener_id in dead_local_listeners(self._client, self.queue, self.id):
+            claimed = self._protocol.claim_orphan(listener_id, self.queue, self.id)
+            if claimed is None:
+                continue  # another listener claimed it first
+            self._protocol.forget_listener(listener_id)
+            task_id, requeued = claimed
+            if requeued:
+                logger.info("listener %s: requeued %d task(s) of dead listener %s", self.id,
+                            len(requeued), listener_id)
+            if task_id is not None:
+                return self._client.get_task(task_id)
         return None
 
     def stop(self):
         """Unregister (blueque 1.0 never did) and requeue reserved tasks not yet started."""
+        with self._beating:
+            self._stopped.set()
         self._protocol.release_listener(self.id, self.queue, own=True)
         self._protocol.forget_listener(self.id)
+
+
+def _keep_beating(listener_ref, stopped):
+    """A Listener's heartbeat thread: every third of the heartbeat's length until ``stop()``,
+    or until the listener is gone (garbage-collected: nobody can take tasks with it any more)."""
+    outage = None
+    while not stopped.wait(HEARTBEAT_TTL / 3):
+        listener = listener_ref()
+        if listener is None:
+            return
+        outage = outage or Outage(logger, f"listener {listener.id}: heartbeat")
+        listener._beat_from_thread(outage)
+        del listener
 
 
 class Processor:
@@ -287,7 +314,13 @@ class Processor:
         return self._token
 
     def start(self, pid):
-        """Mark the task started by ``pid``; returns False if it is no longer ours to run."""
+        """Mark the task started by ``pid``; returns False if it is no longer ours to run.
+
+        The calling process keeps the task's lease alive from a daemon thread until it records
+        the end (``complete`` or ``fail``), so the task is recovered if the caller dies first.
+        ``pid`` may be another process (1.0's "started by the specified pid"): if it runs on
+        this host, the lease is also let go once it has exited, so a task whose end nobody
+        records is recovered; a pid this host cannot see is recorded but not watched."""
         self._pid = pid
         if self._token is None:
             # reserved by blueque 1.0: it has no token, so take one now.
@@ -298,12 +331,21 @@ class Processor:
                                        self._token)
         if not isinstance(started, dict):
             return False
+        self._running = RunningTask(self._protocol, Task(self._task_id, started), self._token)
+        self._running.keep_lease(os.getppid(), own_process=False)
         if pid == os.getpid():
-            # the running process keeps the lease alive, as the forking runner's children do
-            self._running = RunningTask(self._protocol, Task(self._task_id, started), self._token)
             set_current_task(self._running)
-            self._running.keep_lease(os.getppid(), own_process=False)
+        elif process_running(pid):
+            threading.Thread(target=self._let_lease_go_after, args=(pid,),
+                             name="blueque-watch-pid", daemon=True).start()
         return True
+
+    def _let_lease_go_after(self, pid):
+        """Stop renewing the lease once ``pid`` has exited (the end is then recorded by the
+        caller at once, or never: then the reaper recovers the task when the lease lapses)."""
+        while not self._running.finished.wait(LEASE_TTL / 3):
+            if not process_running(pid):
+                self._running.finished.set()
 
     def complete(self, result):
         return self._finish(k.COMPLETE, result)
@@ -315,7 +357,9 @@ class Processor:
         check_wire_value("result" if outcome == k.COMPLETE else "error", value)
         if self._running is not None:
             self._running.finished.set()
-            set_current_task(None)
-        return self._protocol.finish(self._queue, self._task_id, self._listener_id, self._pid,
-                                     self._token, outcome, value, error_type, traceback,
-                                     retryable)
+            if current_task() is self._running:
+                set_current_task(None)
+        return self._protocol.finish(
+            self._queue, self._task_id, listener_id=self._listener_id, pid=self._pid,
+            token=self._token, outcome=outcome, value=value, error_type=error_type,
+            traceback=traceback, retryable=retryable)

@@ -6,6 +6,7 @@ lease, cancel requests, listener info) are additions: a blueque 1.0 reader never
 """
 
 import re
+import secrets
 
 DEFAULT_PREFIX = "blueque"
 
@@ -18,6 +19,14 @@ COMPLETE = "complete"
 FAILED = "failed"
 STATUSES = (SCHEDULED, PENDING, RESERVED, STARTED, COMPLETE, FAILED)
 FINISHED = (COMPLETE, FAILED)
+
+# error_type of a cancelled task (written by cancel.lua, start.lua and the listener); blueque
+# before 0.1 wrote the unqualified name, still read as cancelled.
+CANCELLED = "django_blueque.Cancelled"
+CANCELLED_TYPES = (CANCELLED, "Cancelled")
+
+THROUGHPUT_KEEP = 2 * 3600
+"""Seconds a queue's hour of throughput counters is kept (the dashboard shows the last hour)."""
 
 # Task-hash fields of blueque 1.0.
 PROTOCOL_FIELDS = (
@@ -56,6 +65,17 @@ def _valid_pid(text):
     """A pid as written by someone else: ASCII digits, 1 .. 2**31 - 1 (a bigger number makes
     os.kill() raise OverflowError; 0 would mean the caller's own process group)."""
     return text.isascii() and text.isdigit() and len(text) <= 10 and 0 < int(text) < 2**31
+
+
+OUR_LISTENER_MARK = "~"
+"""In the host part of the ids of our runners' listeners: ``<host>~<random>_<pid>``."""
+
+
+def unique_listener_id(host, pid):
+    """An id unique per process start (hosts named localhost, containers sharing a hostname
+    and reusing pids), of the ``<name>_<pid>`` shape blueque 1.0 parses. Its host part never
+    equals a blueque 1.0 worker's hostname, so 1.0 never judges it by pid: its heartbeat does."""
+    return f"{host}{OUR_LISTENER_MARK}{secrets.token_hex(4)}_{pid}"
 
 
 def parse_listener_id(listener_id):
@@ -137,9 +157,50 @@ class Keys:
         """STRING: the last due time a periodic task was enqueued for (exactly-once guard)."""
         return self._key("periodic", name)
 
+    @property
+    def due_queues(self):
+        """ZSET index: queue -> earliest eta of the scheduled tasks we wrote (never later than
+        the true earliest), so that a scheduler pass reads only the queues that are due."""
+        return self._key("due_queues")
+
+    @property
+    def lease_expiries(self):
+        """ZSET index: task id -> when its lease lapses (Redis's clock), kept by start,
+        renew_lease and finish, so that a reaper pass reads only lapsed leases."""
+        return self._key("lease_expiries")
+
+    @property
+    def listener_expiries(self):
+        """ZSET index: ``"<queue> <listener id>"`` -> when its heartbeat lapses, kept by
+        heartbeat and release_listener (queue names hold no space)."""
+        return self._key("listener_expiries")
+
+    @property
+    def expiring_queues(self):
+        """ZSET index: queue -> earliest ``expires`` of its finished tasks we know of, so that
+        expiry reads only queues with something to delete."""
+        return self._key("expiring_queues")
+
+    @property
+    def reaper_clock(self):
+        """STRING written by every reaper pass (with a short expiry): a pass that cannot write
+        it knows Redis refuses writes, so nobody can renew a lease either."""
+        return self._key("reaper_clock")
+
     def bulk_job(self, job_id):
         """HASH: progress of a bulk action (retry all, delete all) run in batches."""
         return self._key("bulk", job_id)
+
+    @property
+    def bulk_running(self):
+        """SET of the ids of the running bulk jobs, so that the reaper's loop finds them
+        without reading a key per queue. (A job id is never 'running': see bulk_job_id.)"""
+        return self._key("bulk", "running")
+
+    def throughput(self, queue, hour):
+        """HASH of a queue's ends in one hour (Unix time // 3600): '<minute>:complete' and
+        '<minute>:failed' -> count; one HINCRBY per end, expiring after THROUGHPUT_KEEP."""
+        return self._key("throughput", queue, str(hour))
 
     def started_member(self, listener_id, pid, task_id):
         return " ".join((listener_id, str(pid), task_id))

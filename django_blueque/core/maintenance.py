@@ -1,18 +1,26 @@
-"""The scheduler and the reaper: one-shot functions, safe to run from any node and from several
-processes at once (every change is one atomic, guarded step). The loops that call them live in
-:mod:`django_blueque.core.runner` and in the management commands.
+"""The scheduler and the reaper, safe to run from any node and from several processes at once
+(every change is one atomic, guarded step). The loops that call them live in the management
+commands and, with --with-scheduler, in the listener.
 
-The reaper's work grows with listeners and running tasks, never with stored tasks: it reads the
-listeners sets, the listener-lease sets and the started sets, and the tails of finished lists.
+A pass costs what is due or lapsed, not what is stored: it reads the due entries of the
+indexes our producers and listeners keep (keys.due_queues, lease_expiries, listener_expiries,
+expiring_queues), plus a sweep of a bounded window of queues (core/sweep.py), rotating pass
+after pass, for what blueque 1.0 wrote (which keeps no index).
 """
 
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 
+import redis
+
 from . import keys as k
-from .protocol import now
+from . import sweep
+from .outages import is_transient
+from .protocol import LEASE_TTL
+from .protocol_upkeep import LAPSED_BATCH
 
 logger = logging.getLogger("django_blueque.reaper")
 
@@ -44,152 +52,322 @@ def process_running(pid):
 
 
 def enqueue_due_tasks(client, queues=None):
-    """Move due scheduled tasks of every queue (or the given ones); returns {queue: [ids]}."""
+    """Move due scheduled tasks of the given queues, or of the queues the due index says are
+    due (after sweeping the next window of queues into it); returns {queue: [ids]}. A queue
+    whose keys hold the wrong type is skipped with a warning: the others go on."""
+    if queues is None:
+        window = sweep.sweep_window(client, "scheduler")
+        if window:
+            client.protocol.index_queues(window)
+        queues = client.protocol.due_queues(LAPSED_BATCH)
     moved = {}
-    for queue in queues if queues is not None else client.queue_names():
-        ids = client.protocol.move_due(queue)
+    for queue in queues:
+        try:
+            ids = client.protocol.move_due(queue)
+        except redis.ResponseError as exc:
+            if is_transient(exc):
+                raise
+            logger.warning("queue %s: due tasks not moved: %s", queue, exc)
+            continue
         if ids:
             moved[queue] = ids
     return moved
 
 
-def _dead_listeners(client, queues, hostname):
-    """[(queue, listener id, why)] of listeners that are dead: ours whose heartbeat expired;
-    blueque 1.0's (no heartbeat) by its own rule only: same host and pid not running."""
-    redis = client.redis
-    with redis.pipeline(transaction=False) as pipe:
-        for queue in queues:
-            pipe.smembers(client.keys.listeners(queue))
-            pipe.zrange(client.keys.listener_leases(queue), 0, -1, withscores=True)
-        replies = pipe.execute()
-    current = now()
-    dead = []
-    for index, queue in enumerate(queues):
-        members, leases = replies[2 * index], dict(replies[2 * index + 1])
-        for listener_id in sorted(members):
-            parsed = k.parse_listener_id(listener_id)
-            if parsed is None:
-                logger.warning("queue %s: skipping malformed listener id %r", queue, listener_id)
+CONFIRM_SECONDS = 8.0
+"""How long the reaper must see a lease lapsed, pass after pass, before it acts on it: longer
+than a living process needs to renew once Redis answers again (it retries every second)."""
+
+MAX_GAP = LEASE_TTL / 2
+"""Passes further apart than this (Redis was away, or this process was stopped) start the
+observation over: nobody could renew meanwhile."""
+
+RECHECK_SECONDS = 2.0
+"""How soon a reaper looks again at the leases it suspects."""
+
+
+class Reaper:
+    """The reaper, with its memory between passes.
+
+    A listener's heartbeat or a task's lease that has lapsed is acted on only once this reaper
+    has seen it lapsed for CONFIRM_SECONDS of Redis's clock, in passes never more than MAX_GAP
+    apart, on a Redis up for at least as long. A lease that lapsed because Redis itself was
+    away (stopped, restarting, failing over: nobody could renew) is therefore renewed by its
+    living process before anyone acts on it; a dead process's lease stays lapsed and is acted
+    on. Every action is one guarded atomic step, so any number of reapers may run.
+    """
+
+    def __init__(self, client, *, policy=None, hostname=None, confirm=CONFIRM_SECONDS):
+        self.client = client
+        self.policy = policy or (lambda queue: {})
+        self.hostname = hostname or socket.getfqdn()
+        self.confirm = confirm
+        self._suspects = {}  # (kind, queue, name) -> Redis time first seen lapsed
+        self._last_pass = None  # Redis time of the last pass that reached Redis
+
+    @property
+    def undecided(self):
+        """True while some lapsed lease is being watched: look again within RECHECK_SECONDS."""
+        return bool(self._suspects)
+
+    def reap(self, queues=None, dry_run=False):
+        """One pass: release dead listeners, recover the tasks of dead processes, delete
+        finished tasks past their retention. Returns the Actions done (or, with ``dry_run``,
+        those it would do now for every lease lapsed at this moment)."""
+        try:
+            now, uptime = self.client.protocol.server_clock(probe_writes=not dry_run)
+            queues = list(queues if queues is not None
+                          else sweep.sweep_window(self.client, "reaper"))
+            if self._last_pass is None or now - self._last_pass > MAX_GAP \
+                    or uptime < self.confirm:
+                self._suspects.clear()  # Redis was away, refused writes or restarted
+            self._last_pass = now
+            self._clock, self._uptime, self._dry_run, self._seen = now, uptime, dry_run, set()
+            self._handled = set()
+            actions = self._reap_listeners(queues)
+            actions += self._recover_lost_tasks(queues)
+            actions += self._expire(queues)
+        except redis.RedisError:
+            # Redis away or refusing writes: nobody could renew meanwhile; start over
+            self._last_pass = None
+            self._suspects.clear()
+            raise
+        for subject in set(self._suspects) - self._seen:
+            del self._suspects[subject]  # renewed since: alive
+        return actions
+
+    def _lapsed_long_enough(self, subject):
+        """Note a lapsed lease; True once it has been lapsed long enough to act on."""
+        self._seen.add(subject)
+        if self._dry_run:
+            return True
+        first = self._suspects.setdefault(subject, self._clock)
+        return self._clock - first >= self.confirm and self._uptime >= self.confirm
+
+    def _read(self, commands):
+        """Per-queue replies of a read-only pipeline; a queue whose key holds the wrong type
+        gives an exception instead of its reply, and is skipped with a warning."""
+        with self.client.redis.pipeline(transaction=False) as pipe:
+            for command in commands:
+                command(pipe)
+            return pipe.execute(raise_on_error=False)
+
+    def _reap_listeners(self, queues):
+        """Release dead listeners: requeue every task they reserved but had not started.
+        Ours are dead once their heartbeat has lapsed long enough; blueque 1.0's (no
+        heartbeat) by 1.0's own rule only: same host and pid not running."""
+        actions = []
+        for queue, listener_id, expiry in self.client.protocol.lapsed_listeners(
+                dry_run=self._dry_run):
+            leases = {} if expiry is None else {listener_id: expiry}
+            actions += self._judge_listener(queue, listener_id, leases)
+        keys = self.client.keys
+        replies = self._read([command for queue in queues for command in (
+            lambda pipe, q=queue: pipe.smembers(keys.listeners(q)),
+            lambda pipe, q=queue: pipe.zrange(keys.listener_leases(q), 0, -1, withscores=True))])
+        for index, queue in enumerate(queues):
+            members, leases = replies[2 * index], replies[2 * index + 1]
+            if _skip_broken(queue, "listeners", members, leases):
                 continue
-            host, pid = parsed
-            if listener_id in leases:
-                if leases[listener_id] < current:
-                    silent = current - leases[listener_id]
-                    dead.append((queue, listener_id, f"heartbeat expired {silent:.0f} s ago"))
-            elif host == hostname and not process_running(pid):
-                dead.append((queue, listener_id, f"blueque 1.0 listener: pid {pid} is gone"))
-        for listener_id, expiry in leases.items():
-            if listener_id not in members and expiry < current:
-                # left over after someone else released it: drop the stale lease entry
-                redis.zrem(client.keys.listener_leases(queue), listener_id)
-    return dead
+            leases = dict(leases)
+            for listener_id in sorted(members):
+                actions += self._judge_listener(queue, listener_id, leases)
+        return actions
 
+    def _judge_listener(self, queue, listener_id, leases):
+        if ("listener", queue, listener_id) in self._handled:
+            return []  # seen in the index and in the sweep's window
+        self._handled.add(("listener", queue, listener_id))
+        why = self._why_dead(queue, listener_id, leases)
+        return self._release(queue, listener_id, why) if why else []
 
-def reap_listeners(client, queues=None, dry_run=False, hostname=None):
-    """Release dead listeners: requeue every task they reserved but had not started."""
-    queues = list(queues if queues is not None else client.queue_names())
-    hostname = hostname or socket.getfqdn()
-    actions = []
-    for queue, listener_id, why in _dead_listeners(client, queues, hostname):
-        if dry_run:
+    def _why_dead(self, queue, listener_id, leases):
+        parsed = k.parse_listener_id(listener_id)
+        if parsed is None:
+            logger.warning("queue %s: skipping malformed listener id %r", queue, listener_id)
+            return None
+        host, pid = parsed
+        if listener_id in leases or k.OUR_LISTENER_MARK in host:
+            expiry = leases.get(listener_id, float("-inf"))
+            if expiry >= self._clock or not self._lapsed_long_enough(
+                    ("listener", queue, listener_id)):
+                return None
+            return (f"heartbeat expired {self._clock - expiry:.0f} s ago"
+                    if expiry > float("-inf") else "no heartbeat")
+        if host == self.hostname and not process_running(pid):
+            return f"blueque 1.0 listener: pid {pid} is gone"
+        return None
+
+    def _release(self, queue, listener_id, why):
+        client = self.client
+        if self._dry_run:
             reserved = client.redis.lrange(client.keys.reserved(queue, listener_id), 0, -1)
-            actions.append(Action(queue, "would release listener", why, listener_id=listener_id))
-            actions += [Action(queue, "would requeue or check", f"held by dead {listener_id}",
-                               task_id) for task_id in reserved]
-            continue
+            return [Action(queue, "would release listener", why, listener_id=listener_id)] + [
+                Action(queue, "would requeue or check", f"held by dead {listener_id}", task_id)
+                for task_id in reserved]
         released = client.protocol.release_listener(listener_id, queue)
         if released is None:
-            continue  # another reaper got there first
+            return []  # another reaper got there first
         client.protocol.forget_listener(listener_id)
-        actions.append(Action(queue, "released listener", why, listener_id=listener_id))
-        requeued, _started = released
-        actions += [Action(queue, "requeued", f"reserved by dead listener {listener_id}, "
-                           "never started", task_id) for task_id in requeued]
-        # started tasks are left to the started-set sweep: running ones hold a lease
-    return actions
+        requeued, _started = released  # started ones are left to the lease sweep
+        return [Action(queue, "released listener", why, listener_id=listener_id)] + [
+            Action(queue, "requeued", f"reserved by dead listener {listener_id}, never started",
+                   task_id) for task_id in requeued]
 
-
-def recover_lost_tasks(client, queues=None, dry_run=False, hostname=None):
-    """Fail or retry started tasks whose process is gone: ours once their lease expired;
-    blueque 1.0's when their listener is gone and their pid is not running on this host."""
-    queues = list(queues if queues is not None else client.queue_names())
-    hostname = hostname or socket.getfqdn()
-    redis, keys = client.redis, client.keys
-    with redis.pipeline(transaction=False) as pipe:
-        for queue in queues:
-            pipe.smembers(keys.started(queue))
-            pipe.smembers(keys.listeners(queue))
-        replies = pipe.execute()
-    candidates = []
-    for index, queue in enumerate(queues):
-        listeners = replies[2 * index + 1]
-        for member in replies[2 * index]:
-            parsed = k.parse_started_member(member)
-            if parsed is None:
-                logger.warning("queue %s: skipping malformed started member %r", queue, member)
+    def _recover_lost_tasks(self, queues):
+        """Fail or retry started tasks whose process is gone: ours once their lease has
+        lapsed long enough; blueque 1.0's when their listener is gone and their pid is not
+        running on this host."""
+        actions = []
+        for task_id, queue, listener_id, pid, token in self.client.protocol.lapsed_leases(
+                dry_run=self._dry_run):
+            parsed = k.parse_listener_id(listener_id)
+            if not (k.valid_name(queue) and parsed and pid.isdigit()):
+                logger.warning("task %r: lease lapsed but its queue, node or pid is unreadable;"
+                               " left to the sweep", task_id)
                 continue
-            candidates.append((queue, member, *parsed, listeners))
-    if not candidates:
-        return []
-    with redis.pipeline(transaction=False) as pipe:
-        for _queue, _member, _listener, _pid, task_id, _listeners in candidates:
-            pipe.hmget(keys.task(task_id), "status", "lease", "reclaimed_node")
-            pipe.exists(keys.lease(task_id))
-        states = pipe.execute()
-    actions = []
-    for index, (queue, member, listener_id, pid, task_id, listeners) in enumerate(candidates):
-        (status, token, reclaimed), lease_alive = states[2 * index], states[2 * index + 1]
+            member = self.client.keys.started_member(listener_id, pid, task_id)
+            actions += self._recover(queue, member, listener_id, int(pid), task_id, (),
+                                     k.STARTED, token, None, False)
+        keys = self.client.keys
+        queues = self._within_budget(queues)
+        replies = self._read([command for queue in queues for command in (
+            lambda pipe, q=queue: pipe.sscan(keys.started(q), sweep.started_cursor(keys, q),
+                                             count=sweep.SWEEP_MEMBERS),
+            lambda pipe, q=queue: pipe.smembers(keys.listeners(q)))])
+        candidates = []
+        for index, queue in enumerate(queues):
+            started, listeners = replies[2 * index], replies[2 * index + 1]
+            if _skip_broken(queue, "started tasks", started, listeners):
+                continue
+            cursor, started = started
+            sweep.resume_started_at(keys, queue, cursor)
+            for member in started:
+                parsed = k.parse_started_member(member)
+                if parsed is None:
+                    logger.warning("queue %s: skipping malformed started member %r", queue,
+                                   member)
+                    continue
+                candidates.append((queue, member, *parsed, listeners))
+        if not candidates:
+            return actions
+        states = self._read([command for candidate in candidates for command in (
+            lambda pipe, t=candidate[4]: pipe.hmget(keys.task(t), "status", "lease",
+                                                    "reclaimed_node"),
+            lambda pipe, t=candidate[4]: pipe.exists(keys.lease(t)))])
+        for index, candidate in enumerate(candidates):
+            state, lease_alive = states[2 * index], states[2 * index + 1]
+            if isinstance(state, Exception) or isinstance(lease_alive, Exception):
+                logger.warning("queue %s: task %r is not a hash; skipped", candidate[0],
+                               candidate[4])
+                continue
+            actions += self._recover(*candidate[:5], candidate[5], *state, lease_alive)
+        return actions
+
+    def _within_budget(self, queues):
+        """The window's queues whose started sets this pass sweeps: those with members, in
+        order, while the members read stay within sweep.SWEEP_MEMBERS (at least one queue)."""
+        sizes = self._read([lambda pipe, q=queue: pipe.scard(self.client.keys.started(q))
+                            for queue in queues])
+        chosen, budget = [], sweep.SWEEP_MEMBERS
+        for queue, size in zip(queues, sizes, strict=True):
+            if isinstance(size, Exception):
+                chosen.append(queue)  # read again below, to be reported
+            elif size and budget > 0:
+                chosen.append(queue)
+                budget -= min(size, sweep.SWEEP_MEMBERS)
+        return chosen
+
+    def _recover(self, queue, member, listener_id, pid, task_id, listeners, status, token,
+                 reclaimed, lease_alive):
+        if ("task", queue, member) in self._handled:
+            return []  # seen in the index and in the sweep's window
+        self._handled.add(("task", queue, member))
+        client = self.client
         if status is None:
-            if not dry_run:
-                redis.srem(keys.started(queue), member)
-            actions.append(Action(queue, "dropped started entry", "task hash is gone", task_id))
-            continue
+            if not self._dry_run:
+                client.protocol.forget_started(queue, member)
+            return [Action(queue, "dropped started entry", "task hash is gone", task_id)]
         if status != k.STARTED:
-            continue
+            return []
         if reclaimed:
             token = ""  # taken over by a blueque 1.0 worker: its process holds no lease
         if token:
-            if lease_alive:
-                continue
+            if lease_alive or not self._lapsed_long_enough(("task", queue, member)):
+                return []
             why = f"listener lost: the task's process on {listener_id} stopped renewing its lease"
         else:
             host = (k.parse_listener_id(listener_id) or ("", 0))[0]
-            if listener_id in listeners or host != hostname or process_running(pid):
-                continue
+            if listener_id in listeners or host != self.hostname or process_running(pid):
+                return []
             why = f"listener lost: blueque 1.0 process {pid} on {listener_id} is gone"
-        if dry_run:
-            actions.append(Action(queue, "would fail or retry", why, task_id))
-            continue
-        outcome = client.protocol.finish(queue, task_id, listener_id, pid, token, k.FAILED, why,
-                                         error_type="ListenerLost", lapsed_only=True)
-        if outcome != "stale":
-            actions.append(Action(queue, "retried" if outcome == "retry" else "failed", why,
-                                  task_id))
-    return actions
+        if self._dry_run:
+            return [Action(queue, "would fail or retry", why, task_id)]
+        try:
+            outcome = client.protocol.finish(
+                queue, task_id, listener_id=listener_id, pid=pid, token=token,
+                outcome=k.FAILED, value=why, error_type="ListenerLost",
+                policy=self.policy(queue), lapsed_only=True)
+        except redis.ResponseError as exc:
+            if is_transient(exc):
+                raise
+            logger.warning("queue %s: task %s not recovered: %s", queue, task_id, exc)
+            return []
+        if outcome == "stale":
+            return []
+        return [Action(queue, "retried" if outcome == "retry" else "failed", why, task_id)]
+
+    def _expire(self, queues):
+        """Expire the finished lists the expiring index says are due, after sweeping the
+        window's queues into it."""
+        protocol = self.client.protocol
+        lists = protocol.expiring_lists(LAPSED_BATCH)
+        if self._dry_run:  # nothing written: the window's lists are looked at directly
+            lists = set(lists) | {(status, queue) for queue in queues for status in k.FINISHED}
+        elif queues:
+            protocol.index_queues(queues, lambda queue: self.policy(queue).get("retention"))
+            lists = protocol.expiring_lists(LAPSED_BATCH)
+        actions = []
+        for status, queue in sorted(lists, key=lambda entry: (entry[1], entry[0])):
+            actions += _expire_list(self.client, queue, status,
+                                    self.policy(queue).get("retention"), self._dry_run)
+        return actions
 
 
-def expire_finished(client, queues=None, retention=None, dry_run=False):
-    """Delete finished tasks whose retention has passed (oldest first, never before).
-
-    ``retention`` is the default in seconds for tasks without their own (None: keep them), or
-    a callable ``queue -> seconds or None``."""
-    queues = list(queues if queues is not None else client.queue_names())
-    actions = []
-    for queue in queues:
-        default = retention(queue) if callable(retention) else retention
-        for status in k.FINISHED:
-            count = client.protocol.expire_finished(queue, status, default, dry_run=dry_run)
-            if count:
-                actions.append(Action(queue, f"{'would delete' if dry_run else 'deleted'} "
-                                      f"{count} {status} tasks", "retention passed"))
-    return actions
+def _skip_broken(queue, what, *replies):
+    broken = [reply for reply in replies if isinstance(reply, Exception)]
+    if broken:
+        logger.warning("queue %s: %s not read: %s", queue, what, broken[0])
+    return bool(broken)
 
 
-def reap(client, queues=None, retention=None, dry_run=False, hostname=None):
-    """One full reaper pass; returns the list of Actions (the caller reports them: bq_reap
-    prints them, a listener running the reaper logs them)."""
-    queues = list(queues if queues is not None else client.queue_names())
-    actions = reap_listeners(client, queues, dry_run, hostname)
-    actions += recover_lost_tasks(client, queues, dry_run, hostname)
-    actions += expire_finished(client, queues, retention, dry_run)
+def _expire_list(client, queue, status, default, dry_run):
+    try:
+        count = client.protocol.expire_finished(queue, status, default, dry_run=dry_run)
+    except redis.ResponseError as exc:
+        if is_transient(exc):
+            raise
+        logger.warning("queue %s: %s tasks not expired: %s", queue, status, exc)
+        return []
+    if not count:
+        return []
+    return [Action(queue, f"{'would delete' if dry_run else 'deleted'} {count} {status} tasks",
+                   "retention passed")]
+
+
+def reap(client, queues=None, retention=None, dry_run=False, hostname=None, *, policy=None,
+         confirm=CONFIRM_SECONDS):
+    """Reap until decided: passes RECHECK_SECONDS apart until no lapsed lease is left
+    undecided (at most about ``confirm`` seconds). Returns the Actions (the caller reports
+    them: bq_reap prints them). A dry run is one pass that reports every lapsed lease.
+    ``policy``: ``queue -> {'retries', 'backoff', 'retention'}``, the queue's defaults for
+    tasks that lack them; or ``retention``: seconds, or ``queue -> seconds``."""
+    if policy is None:
+        def policy(queue):
+            return {"retention": retention(queue) if callable(retention) else retention}
+    reaper = Reaper(client, policy=policy, hostname=hostname, confirm=confirm)
+    actions = reaper.reap(queues, dry_run)
+    while reaper.undecided and not dry_run:
+        time.sleep(RECHECK_SECONDS)
+        actions += reaper.reap(queues)
     return actions

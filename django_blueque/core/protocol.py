@@ -6,11 +6,11 @@ Values are written as blueque 1.0 writes them: strings, ints via ``str()``, time
 ``time.time()`` floats via ``repr()``.
 """
 
-import time
 import uuid
 from importlib import resources
 
 from . import keys as k
+from .protocol_upkeep import UpkeepOperations, _optional, encode_time, now
 
 LEASE_TTL = 15.0
 """Seconds a running task's lease lasts without renewal; its process renews it every third."""
@@ -21,13 +21,10 @@ ENQUEUE_BATCH = 1000
 HEARTBEAT_TTL = 15.0
 """Seconds a listener counts as alive after its last heartbeat; it beats every third."""
 
-
-def now():
-    return time.time()
-
-
-def encode_time(value):
-    return repr(float(value))
+UNLIST_WINDOW = 10_000
+"""How far from either end of a list an operator's retry, delete or cancel of one task looks
+for its id (LPOS ... MAXLEN): a task deeper in a longer list is left alone (cancel flags it),
+since LREM would scan the list whole while Redis serves nobody else."""
 
 
 def check_wire_value(name, value):
@@ -40,6 +37,14 @@ def check_wire_value(name, value):
     return value
 
 
+def lua_source(path):
+    """A script's text, each ``--#include NAME`` line replaced by the file NAME beside it
+    (Redis gives scripts no way to call one another's functions)."""
+    return "\n".join(path.parent.joinpath(line.split()[1]).read_text()
+                     if line.startswith("--#include ") else line
+                     for line in path.read_text().splitlines())
+
+
 def new_token():
     return uuid.uuid4().hex
 
@@ -49,8 +54,9 @@ def new_task_id():
     return str(uuid.uuid4())
 
 
-class Protocol:
-    """The operations, bound to one Redis client and one key prefix."""
+class Protocol(UpkeepOperations):
+    """The operations, bound to one Redis client and one key prefix (the scheduler's and
+    the reaper's in UpkeepOperations)."""
 
     def __init__(self, redis_client, prefix=k.DEFAULT_PREFIX):
         self.redis = redis_client
@@ -58,7 +64,7 @@ class Protocol:
         self._task_prefix = self.keys.task("")
         # all read now, so a forked task process finds them ready (it runs EVALSHA at once)
         self._scripts = {
-            path.name[:-4]: self.redis.register_script(path.read_text())
+            path.name[:-4]: self.redis.register_script(lua_source(path))
             for path in resources.files(__package__).joinpath("lua").iterdir()
             if path.name.endswith(".lua")}
 
@@ -119,6 +125,7 @@ class Protocol:
             fields = dict(extra or {}, eta=encode_time(eta))
             task_id = self._write_task(pipe, queue, k.SCHEDULED, parameters, fields, task_id)
             pipe.zadd(self.keys.scheduled(queue), {task_id: eta})
+            pipe.zadd(self.keys.due_queues, {queue: eta}, lt=True)
             pipe.execute()
         return task_id
 
@@ -126,29 +133,44 @@ class Protocol:
 
     def heartbeat(self, listener_id, queues, info=None, collect_cancels=True,
                   ttl=HEARTBEAT_TTL):
-        """Register or renew a listener on its queues, writing ``info`` (fields of its info
-        hash) if given. Returns ``(registered, cancels)``: whether this beat (re-)registered it
-        (its info must then be written whole) and the task ids it must cancel."""
+        """Register or renew a listener on its queues until Redis's clock + ``ttl``, writing
+        ``info`` (fields of its info hash) if given. Returns ``(registered, cancels, skipped)``:
+        whether this beat (re-)registered it (its info must then be written whole), the task
+        ids it must cancel, and the queues whose keys hold the wrong type."""
         keys = [self.keys.queues, self.keys.listener_info(listener_id),
-                self.keys.cancels(listener_id)]
+                self.keys.cancels(listener_id), self.keys.listener_expiries]
         for queue in queues:
             keys += [self.keys.listeners(queue), self.keys.listener_leases(queue)]
-        args = [listener_id, encode_time(now()), ttl, "1" if collect_cancels else "0", *queues]
+        args = [listener_id, ttl, "1" if collect_cancels else "0", *queues]
         for field, value in (info or {}).items():
             args += [field, str(value)]
-        registered, cancels = self.script("heartbeat")(keys=keys, args=args)
-        return bool(registered), cancels
+        registered, cancels, skipped = self.script("heartbeat")(keys=keys, args=args)
+        return bool(registered), cancels, skipped
 
     def release_listener(self, listener_id, queue, own=False):
         """Unregister a listener from one queue and requeue its unstarted tasks.
         Returns ``(requeued ids, started ids)``, or None when someone else released it."""
-        released = self.script("release_listener")(
-            keys=[self.keys.listeners(queue), self.keys.queues, self.keys.listener_leases(queue),
-                  self.keys.reserved(queue, listener_id), self.keys.pending(queue)],
-            args=[listener_id, queue, self._task_prefix, encode_time(now()), "1" if own else "0"])
+        released = self._release_listener(listener_id, queue, own)
         if released is None:
             return None
         return released[0], released[1]
+
+    def claim_orphan(self, listener_id, queue, claimer):
+        """blueque 1.0's claim of a dead listener: release it, but leave its newest reserved or
+        started task (marked ``reclaimed_node``) for ``claimer`` to run or watch. Returns
+        ``(claimed id or None, requeued ids)``, or None when someone else released it."""
+        released = self._release_listener(listener_id, queue, False, claimer)
+        if released is None:
+            return None
+        return released[2], released[0]
+
+    def _release_listener(self, listener_id, queue, own, *claimer):
+        return self.script("release_listener")(
+            keys=[self.keys.listeners(queue), self.keys.queues, self.keys.listener_leases(queue),
+                  self.keys.reserved(queue, listener_id), self.keys.pending(queue),
+                  self.keys.listener_expiries],
+            args=[listener_id, queue, self._task_prefix, encode_time(now()), "1" if own else "0",
+                  *claimer])
 
     def forget_listener(self, listener_id):
         """Delete the extension keys of a listener that has left all its queues."""
@@ -163,17 +185,15 @@ class Protocol:
 
     def reserve(self, queue, listener_id, token):
         """Move the oldest pending id to the listener's reserved list and mark the task
-        reserved, atomically. Returns None when the queue is empty, else ``(task id, timeout)``
-        where timeout is the task's timeout in seconds ('' for none), or None for an id that
-        had no pending task behind it and was dropped."""
+        reserved, atomically. Returns None when the queue is empty, else ``(task id, True,
+        timeout)`` where timeout is the task's own timeout field ('' for none), or ``(task id,
+        False, why)`` for an id dropped because no pending task was behind it."""
         found = self.script("reserve")(
             keys=[self.keys.pending(queue), self.keys.reserved(queue, listener_id)],
-            args=[self._task_prefix, listener_id, encode_time(now()), token])
+            args=[self._task_prefix, listener_id, encode_time(now()), token, queue])
         if found is None:
             return None
-        if found[1] != "ok":
-            return found[0], None
-        return found[0], found[2]
+        return found[0], found[1] == "ok", found[2]
 
     # -- task processes --------------------------------------------------------------------
 
@@ -183,37 +203,45 @@ class Protocol:
         (not ours any more) or -1 (cancelled while reserved: recorded as failed)."""
         started = self.script("start")(
             keys=[self.keys.task(task_id), self.keys.started(queue), self.keys.lease(task_id),
-                  self.keys.reserved(queue, listener_id), self.keys.failed(queue)],
+                  self.keys.reserved(queue, listener_id), self.keys.failed(queue),
+                  self.keys.lease_expiries],
             args=[task_id, self.keys.started_member(listener_id, pid, task_id), pid, token,
-                  encode_time(now()), int(lease_ttl * 1000)])
+                  encode_time(now()), int(lease_ttl * 1000), listener_id])
         if isinstance(started, list):
             return dict(zip(started[::2], started[1::2], strict=True))
         return started
 
-    def finish(self, queue, task_id, listener_id, pid, token, outcome, value,
-               error_type="", traceback="", retryable=True, default_retention=None,
-               lapsed_only=False):
+    def finish(self, queue, task_id, *, listener_id, pid, token, outcome, value,
+               error_type="", traceback="", retryable=True, policy=None, lapsed_only=False):
         """blueque 1.0's complete or fail transaction (LREM reserved; SREM started; HSET task;
         LPUSH complete|failed), guarded by the token, applying the retry policy on failure.
-        ``lapsed_only``: the reaper's recovery, refused if the task's lease is held again.
-        Returns 'complete', 'failed', 'retry' or 'stale'."""
+        ``outcome``: 'complete', 'failed', or 'requeue' (the run never began: back to the
+        queue, the attempt not counted). ``policy``: the queue's defaults (retries, backoff,
+        retention) for the fields a task hash lacks. ``lapsed_only``: the reaper's recovery,
+        refused if the task's lease is held again.
+        Returns 'complete', 'failed', 'retry', 'requeued' or 'stale'."""
         check_wire_value("result" if outcome == k.COMPLETE else "error", value)
+        policy = policy or {}
+        stamp = now()
+        hour, second = divmod(int(stamp), 3600)
         return self.script("finish")(
             keys=[self.keys.task(task_id), self.keys.reserved(queue, listener_id or ""),
                   self.keys.started(queue), self.keys.lease(task_id), self.keys.complete(queue),
-                  self.keys.failed(queue), self.keys.scheduled(queue), self.keys.pending(queue)],
+                  self.keys.failed(queue), self.keys.scheduled(queue), self.keys.pending(queue),
+                  self.keys.throughput(queue, hour), self.keys.due_queues,
+                  self.keys.lease_expiries, self.keys.expiring_queues],
             args=[task_id, token or "", self.keys.started_member(listener_id or "", pid or "",
                                                                    task_id),
-                  encode_time(now()), outcome, value, error_type or "", traceback or "",
-                  "1" if retryable else "0",
-                  "" if default_retention is None else default_retention,
-                  "1" if lapsed_only else "0"])
+                  encode_time(stamp), outcome, value, error_type or "", traceback or "",
+                  "1" if retryable else "0", _optional(policy.get("retention")),
+                  "1" if lapsed_only else "0", _optional(policy.get("retries")),
+                  _optional(policy.get("backoff")), second // 60, k.THROUGHPUT_KEEP, queue])
 
     def renew_lease(self, task_id, token, lease_ttl=LEASE_TTL):
         """Extend a running task's lease. Returns ``(held, cancel requested)``."""
         reply = self.script("renew_lease")(
-            keys=[self.keys.lease(task_id), self.keys.task(task_id)],
-            args=[token, int(lease_ttl * 1000)])
+            keys=[self.keys.lease(task_id), self.keys.task(task_id), self.keys.lease_expiries],
+            args=[token, int(lease_ttl * 1000), task_id])
         return bool(reply[0]), len(reply) > 1 and reply[1] is not None
 
     def report_progress(self, task_id, token, percent, message=""):
@@ -223,17 +251,6 @@ class Protocol:
 
     # -- anyone ----------------------------------------------------------------------------
 
-    def move_due(self, queue, batch=1000):
-        """Move due scheduled tasks to the queue (blueque 1.0's enqueue_due_tasks, atomic)."""
-        moved = []
-        while True:
-            step = self.script("move_due")(
-                keys=[self.keys.scheduled(queue), self.keys.pending(queue)],
-                args=[encode_time(now()), self._task_prefix, batch])
-            moved += step
-            if len(step) < batch:
-                return moved
-
     def cancel(self, task_id):
         """Cancel a task wherever it is; see cancel.lua."""
         queue = self.redis.hget(self.keys.task(task_id), "queue")
@@ -242,13 +259,21 @@ class Protocol:
         return self.script("cancel")(
             keys=[self.keys.task(task_id), self.keys.pending(queue), self.keys.scheduled(queue),
                   self.keys.failed(queue)],
-            args=[task_id, encode_time(now()), self.keys.cancels("")])
+            args=[task_id, encode_time(now()), self.keys.cancels(""), UNLIST_WINDOW])
 
     def retry(self, queue, task_id):
-        """Put a failed task back in its queue."""
-        return bool(self.script("retry")(
+        """Put a failed task back in its queue: 1, 0 (not failed) or -1 (left alone: further
+        than UNLIST_WINDOW from both ends of its failed list)."""
+        return self.script("retry")(
             keys=[self.keys.task(task_id), self.keys.failed(queue), self.keys.pending(queue)],
-            args=[task_id, encode_time(now())]))
+            args=[task_id, encode_time(now()), UNLIST_WINDOW])
+
+    def delete_finished(self, queue, task_id):
+        """Delete a task if it is finished: 1, 0 (not finished) or -1 (left alone: further
+        than UNLIST_WINDOW from both ends of its list)."""
+        return self.script("delete_finished")(
+            keys=[self.keys.task(task_id), self.keys.complete(queue), self.keys.failed(queue)],
+            args=[task_id, UNLIST_WINDOW])
 
     def delete(self, queue, task_id, status):
         """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only)."""
@@ -259,35 +284,42 @@ class Protocol:
             pipe.lrem(self.keys.finished(queue, status), 1, task_id)
             pipe.execute()
 
-    def expire_finished(self, queue, status, default_retention=None, batch=1000, dry_run=False):
-        """Delete (or with ``dry_run`` count) the oldest finished tasks past their retention."""
-        return self.script("expire_finished")(
-            keys=[self.keys.finished(queue, status)],
-            args=[self._task_prefix, encode_time(now()),
-                  "" if default_retention is None else default_retention, batch,
-                  "1" if dry_run else "0"])
-
-    def queue_names(self):
-        return self.redis.zrange(self.keys.queues, 0, -1)
-
     # -- operators (the admin) -------------------------------------------------------------
 
     def window(self, key, kind, start, stop, fields, limit, task_ids=(), redis_client=None):
         """One page of tasks for a list screen in one round trip, nothing written: the ids of
         ``key[start:stop]`` (kind 'list': LRANGE; 'zset': ZREVRANGE with scores) or
         ``task_ids`` (kind 'ids'), and their ``fields``, values cut to ``limit`` bytes.
-        Returns ``[(id, score or None, {field: value or None})]``. ``redis_client`` reads
-        through another client of the same server (e.g. one decoding leniently)."""
+        Returns ``[(id, score or None, {field: value or None})]``, the dict None for a task
+        key that is not a hash (a key of the wrong type reads as empty). ``redis_client``
+        reads through another client of the same server (e.g. one decoding leniently)."""
         reply = self.script("window")(
             keys=[key or self.keys.queues],
             args=[kind, start, stop, self._task_prefix, limit, len(fields), *fields, *task_ids],
             client=redis_client)
-        width = 2 + len(fields)
+        width = 3 + len(fields)
         rows = []
         for index in range(0, len(reply), width):
-            values = reply[index + 2:index + width]
-            rows.append((reply[index], reply[index + 1], dict(zip(fields, values, strict=True))))
+            values = reply[index + 3:index + width]
+            rows.append((reply[index], reply[index + 1],
+                         dict(zip(fields, values, strict=True)) if reply[index + 2] else None))
         return rows
+
+    def peek(self, task_id, texts, others, text_limit, other_limit, most_others,
+             redis_client=None):
+        """A task hash for its page, bounded whatever is stored (see peek.lua): the fields
+        ``texts`` with values cut to ``text_limit`` bytes, ``others`` and at most
+        ``most_others`` more fields cut to ``other_limit``. Returns None for no task, a str
+        (the key's type) for a key that is not a hash, else ``(number of fields,
+        {field: (value, full length in bytes)})``."""
+        reply = self.script("peek")(
+            keys=[self.keys.task(task_id)],
+            args=[text_limit, other_limit, len(texts), most_others, *texts, *others],
+            client=redis_client)
+        if reply is None or len(reply) == 1:
+            return reply[0] if reply else None
+        return reply[0], {reply[index]: (reply[index + 1], reply[index + 2])
+                          for index in range(1, len(reply), 3)}
 
     def run_now(self, queue, task_id):
         """Send a scheduled task to its queue before its eta, to be taken next."""
@@ -295,27 +327,34 @@ class Protocol:
             keys=[self.keys.task(task_id), self.keys.scheduled(queue), self.keys.pending(queue)],
             args=[task_id, encode_time(now())]))
 
-    def bulk_start(self, job_id, action, queue, state, user, keep):
+    def bulk_start(self, job_id, action, queue, state, user, keep, with_cancelled=False):
         """Begin retrying ('retry') or deleting ('delete') every task of a finished list, in
         batches; False if that job is already running. ``keep``: seconds its record stays
-        once it ended."""
+        once it ended. A retry leaves cancelled tasks alone unless ``with_cancelled``."""
         if action not in ("retry", "delete") or state not in k.FINISHED or (
                 action == "retry" and state != k.FAILED):
             raise ValueError(f"no bulk action {action!r} on {state!r} tasks")
         return bool(self.script("bulk_start")(
-            keys=[self.keys.bulk_job(job_id), self.keys.finished(queue, state)],
-            args=[action, queue, state, user, encode_time(now()), int(keep)]))
+            keys=[self.keys.bulk_job(job_id), self.keys.finished(queue, state),
+                  self.keys.bulk_running],
+            args=[action, queue, state, user, encode_time(now()), int(keep), job_id,
+                  "1" if with_cancelled else "0"]))
+
+    def running_bulk_jobs(self):
+        """The ids of the running bulk jobs (those started since the index existed)."""
+        return self.redis.smembers(self.keys.bulk_running)
 
     def bulk_step(self, job_id, queue, state, batch, keep):
         """Run one batch of a bulk job; returns ``(status, processed, total, affected)``
         (status None when there is no such job)."""
         status, processed, total, affected = self.script("bulk_step")(
             keys=[self.keys.bulk_job(job_id), self.keys.finished(queue, state),
-                  self.keys.pending(queue)],
-            args=[self._task_prefix, encode_time(now()), int(batch), int(keep)])
+                  self.keys.pending(queue), self.keys.bulk_running],
+            args=[self._task_prefix, encode_time(now()), int(batch), int(keep), job_id])
         return status, processed, total, affected
 
     def bulk_stop(self, job_id, keep):
         """Stop a running bulk job between two batches; False if it was not running."""
-        return bool(self.script("bulk_stop")(keys=[self.keys.bulk_job(job_id)],
-                                             args=[encode_time(now()), int(keep)]))
+        return bool(self.script("bulk_stop")(
+            keys=[self.keys.bulk_job(job_id), self.keys.bulk_running],
+            args=[encode_time(now()), int(keep), job_id]))

@@ -87,3 +87,9 @@ def callback(task):
     if "return" in todo:
         return todo["return"]
     return f"done:{task.parameters}"
+
+
+def slow_end(task, outcome, value, error_type):
+    """An on_task_end (a signal receiver, say) that takes longer than a lease renewal."""
+    time.sleep(12)
+    redis.Redis.from_url(URL).rpush("ended", f"{task.id} {outcome}")

@@ -74,10 +74,10 @@ def tagged_pids(tag):
 class Script:
     """runner_script.py as a real process, in its own session, its output in a log file."""
 
-    def __init__(self, args, log_dir, tag):
+    def __init__(self, args, log_dir, tag, pythonpath=()):
         self.tag = tag
         self.log_path = Path(log_dir) / f"script-{uuid.uuid4().hex[:8]}.log"
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([*map(str, pythonpath), str(REPO)]))
         with open(self.log_path, "wb") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "tests.core.runner_script", "--tag", tag, *args],
@@ -113,11 +113,11 @@ class Script:
 class Runner(Script):
     """A ForkingRunner in its own process (``runner_script.py run``)."""
 
-    def __init__(self, url, queues, log_dir, tag, **options):
+    def __init__(self, url, queues, log_dir, tag, pythonpath=(), **options):
         args = ["run", url, ",".join([queues] if isinstance(queues, str) else queues)]
         for name, value in options.items():
-            args += [f"--{name.replace('_', '-')}", str(value)]
-        super().__init__(args, log_dir, tag)
+            args += [f"--{name.replace('_', '-')}"] + ([] if value is True else [str(value)])
+        super().__init__(args, log_dir, tag, pythonpath)
         hello = self.json_line()
         self.listener_id = hello["listener_id"]
         assert hello["pid"] == self.pid

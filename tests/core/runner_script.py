@@ -3,7 +3,8 @@
     run URL QUEUE[,QUEUE...] [--concurrency N] [--kill-grace S] [--retention S] [--duties S]
         A ForkingRunner with tests.core.callbacks.callback. Prints {"pid", "listener_id"} once,
         then blocks; SIGTERM stops it. Exit status 0 on a clean stop, 3 otherwise. --duties S runs
-        enqueue_due_tasks() and reap() every S seconds in the listener.
+        enqueue_due_tasks() and a Reaper's pass every S seconds in the listener. --policy JSON
+        gives every queue that policy; --slow-end makes on_task_end take 12 s.
     reap URL --at T
         Waits until Unix time T, runs one reap(), prints its actions as JSON.
     enqueue-due URL --at T --until T2
@@ -17,11 +18,11 @@ import argparse
 import json
 import logging
 import os
-import socket
 import sys
 import time
 
 from django_blueque.core import Client, ForkingRunner, enqueue_due_tasks, reap
+from django_blueque.core.maintenance import Reaper
 from tests.core import callbacks
 
 
@@ -34,15 +35,21 @@ def run(args):
     callbacks.URL = args.url
     client_duties = None
     if args.duties:
+        reaper = Reaper(client)
+
         def client_duties():
             enqueue_due_tasks(client)
-            reap(client)
+            reaper.reap()
+    policy = None
+    if args.policy:
+        def policy(queue):
+            return json.loads(args.policy)
     runner = ForkingRunner(client, args.queues.split(","), callbacks.callback,
                            concurrency=args.concurrency, kill_grace=args.kill_grace,
-                           retention=args.retention, duties=client_duties,
-                           duties_interval=args.duties or 5.0)
-    print(json.dumps({"pid": os.getpid(), "listener_id": f"{socket.getfqdn()}_{os.getpid()}"}),
-          flush=True)
+                           retention=args.retention, policy=policy, duties=client_duties,
+                           duties_interval=args.duties or 5.0,
+                           on_task_end=callbacks.slow_end if args.slow_end else None)
+    print(json.dumps({"pid": os.getpid(), "listener_id": runner.listener_id}), flush=True)
     return 0 if runner.run() else 3
 
 
@@ -76,6 +83,9 @@ def main(argv=None):
     runner.add_argument("--kill-grace", type=float, default=10.0)
     runner.add_argument("--retention", type=float, default=None)
     runner.add_argument("--duties", type=float, default=None)
+    runner.add_argument("--policy", default=None, help="the queues' policy, as JSON")
+    runner.add_argument("--slow-end", action="store_true",
+                        help="on_task_end sleeps 12 s, then RPUSHes the task id to 'ended'")
     reaper = commands.add_parser("reap")
     reaper.add_argument("url")
     reaper.add_argument("--at", type=float, required=True)

@@ -174,3 +174,19 @@ def test_listener_stop_unregisters_and_requeues_what_it_had_not_started(client, 
     assert r.zscore("blueque_queues", "q") == 0
     assert r.lrange("blueque_pending_tasks_q", 0, -1) == [task_id]
     assert client.get_task(task_id).status == "pending"
+
+
+def test_a_dropped_listener_stops_its_heartbeat_thread(client):
+    """The 1.0-API listener beats from a thread; a listener nobody holds any more must not go
+    on beating (and re-registering itself) for the life of the process."""
+    import gc
+    import threading
+
+    before = set(threading.enumerate())
+    listener = client.get_listener("q")
+    (thread,) = [t for t in set(threading.enumerate()) - before
+                 if t.name.startswith("blueque-heartbeat")]
+    del listener
+    gc.collect()
+    thread.join(timeout=10)
+    assert not thread.is_alive()

@@ -10,10 +10,17 @@ import time
 
 import pytest
 
-from django_blueque.core import enqueue_due_tasks, reap
+from django_blueque.core import enqueue_due_tasks
+from django_blueque.core import reap as reap_when_confirmed
 from tests.core.helpers import wait_for
 
 HOST = socket.getfqdn()
+
+
+def reap(client, *args, **kwargs):
+    """The reaper, acting on a lapsed lease at the first sight: these tests are about what it
+    does; how long it watches a lease first is tested in test_reaper_confirmation.py."""
+    return reap_when_confirmed(client, *args, confirm=0, **kwargs)
 
 
 def exited_pid():
@@ -119,7 +126,10 @@ def test_half_done_reserve_of_our_listener_is_repaired(client, r):
     assert reserved(r, "q", "host-x_11") == []
 
 
-def test_claim_orphan_releases_dead_listeners_of_its_queue(client, r):
+def test_claim_orphan_leaves_dead_listeners_of_other_hosts_to_the_reaper(client, r):
+    """blueque 1.0's claim_orphan judges the listeners of its own host, by pid (see
+    tests/core/test_blueque1_api.py); one of another host is the reaper's, which watches its
+    lapsed heartbeat before it acts."""
     proto = client.protocol
     register_dead(proto, "host-x_12")
     first, second = client.get_queue("q").enqueue_many(["a", "b"])
@@ -128,7 +138,8 @@ def test_claim_orphan_releases_dead_listeners_of_its_queue(client, r):
     listener = client.get_listener("q")
     try:
         assert listener.claim_orphan() is None
-        assert r.smembers("blueque_listeners_q") == {listener.id}
+        assert r.smembers("blueque_listeners_q") == {listener.id, "host-x_12"}
+        assert ("released listener", "host-x_12") in kinds(reap(client))
         assert listener.listen().id == first
         assert listener.listen().id == second
     finally:
@@ -183,7 +194,9 @@ def test_started_task_with_a_live_lease_is_never_touched(client, r):
     assert r.hget(f"blueque_task_{task_id}", "status") == "started"
     assert r.smembers("blueque_started_tasks_q") == {f"host-x_20 4242 {task_id}"}
     # and the process still records its own end
-    assert proto.finish("q", task_id, "host-x_20", 4242, "tok", "complete", "ok") == "complete"
+    assert proto.finish(
+        "q", task_id, listener_id="host-x_20", pid=4242, token="tok", outcome="complete",
+        value="ok") == "complete"
     assert reserved(r, "q", "host-x_20") == []
 
 
@@ -298,9 +311,12 @@ def test_reap_expires_finished_tasks_past_retention_only(client, r):
     old_failed, kept = queue.enqueue_many(["old", "kept"])
     for task_id in (old_failed, kept):
         start_task(proto, task_id, token=task_id)
-    proto.finish("q", old_failed, "host-x_20", 4242, old_failed, "failed", "boom",
-                 retryable=False, default_retention=0)
-    proto.finish("q", kept, "host-x_20", 4242, kept, "complete", "ok", default_retention=3600)
+    proto.finish(
+        "q", old_failed, listener_id="host-x_20", pid=4242, token=old_failed, outcome="failed",
+        value="boom", retryable=False, policy={"retention": 0})
+    proto.finish(
+        "q", kept, listener_id="host-x_20", pid=4242, token=kept, outcome="complete", value="ok",
+        policy={"retention": 3600})
 
     assert ("deleted 1 failed tasks", "") in kinds(reap(client))
     assert client.get_task(old_failed).status is None

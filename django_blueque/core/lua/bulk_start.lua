@@ -2,10 +2,16 @@
 -- all complete or all failed), unless the same job is already running. The job records the
 -- list's length and its newest id (the head): bulk_step works from the tail, the oldest end,
 -- and stops at that id, so tasks that arrive meanwhile (pushed at the head) are never touched.
--- KEYS[1] job hash, KEYS[2] the list
+-- KEYS[1] job hash, KEYS[2] the list, KEYS[3] set of running jobs
 -- ARGV[1] action ('retry' or 'delete'), ARGV[2] queue, ARGV[3] state ('complete' or 'failed'),
--- ARGV[4] who asked, ARGV[5] now, ARGV[6] seconds to keep the job's record once it ended
+-- ARGV[4] who asked, ARGV[5] now, ARGV[6] seconds to keep the job's record once it ended,
+-- ARGV[7] the job's id, ARGV[8] '1' to retry cancelled tasks too (else bulk_step leaves them)
 -- Returns 1 when a job was started, 0 when the same job was already running.
+--#include common.lib
+--#include admin.lib
+expect(KEYS[1], 'hash')
+expect(KEYS[2], 'list')
+expect(KEYS[3], 'set')
 if redis.call('HGET', KEYS[1], 'status') == 'running' then
   return 0
 end
@@ -14,9 +20,12 @@ local total = redis.call('LLEN', KEYS[2])
 local marker = redis.call('LINDEX', KEYS[2], 0) or ''
 redis.call('HSET', KEYS[1], 'action', ARGV[1], 'queue', ARGV[2], 'state', ARGV[3],
            'user', ARGV[4], 'total', total, 'processed', 0, 'affected', 0, 'marker', marker,
-           'started', ARGV[5], 'updated', ARGV[5], 'status', 'running')
+           'started', ARGV[5], 'updated', ARGV[5], 'status', 'running',
+           'cancelled', ARGV[8] or '0')
 if total == 0 then
   redis.call('HSET', KEYS[1], 'status', 'done', 'finished', ARGV[5])
   redis.call('EXPIRE', KEYS[1], ARGV[6])
+else
+  redis.call('SADD', KEYS[3], ARGV[7])
 end
 return 1

@@ -4,20 +4,31 @@
 -- A task whose status is still the list's state is retried (as retry.lua does, but joining the
 -- queue at its back, so a whole list keeps its order and does not jump ahead of the queue) or
 -- deleted (as the protocol's delete does); an id without such a task is dropped from the list.
+-- A retry leaves a cancelled task (error_type django_blueque.Cancelled, or 1.0's Cancelled)
+-- in the list unless the job was started with 'cancelled' = '1': it moves to the list's head,
+-- past the job's end, in O(1).
 -- The job ends at its newest id. If that task left the list meanwhile (someone retried or
 -- deleted it), the job also stops at the first task updated after it started.
--- KEYS[1] job hash, KEYS[2] the list, KEYS[3] pending list
+-- KEYS[1] job hash, KEYS[2] the list, KEYS[3] pending list, KEYS[4] set of running jobs
 -- ARGV[1] task key prefix, ARGV[2] now, ARGV[3] most ids to take, ARGV[4] seconds to keep the
--- job's record once it ended
+-- job's record once it ended, ARGV[5] the job's id
 -- Returns {status, processed, total, affected}; status is false when there is no such job.
+--#include common.lib
+--#include admin.lib
+expect(KEYS[1], 'hash')
+expect(KEYS[2], 'list')
+expect(KEYS[3], 'list')
+expect(KEYS[4], 'set')
 local job = redis.call('HMGET', KEYS[1], 'status', 'action', 'state', 'total', 'processed',
-                       'affected', 'marker', 'started')
+                       'affected', 'marker', 'started', 'cancelled')
 local status = job[1]
 local total, processed, affected = tonumber(job[4]) or 0, tonumber(job[5]) or 0, tonumber(job[6]) or 0
 if status ~= 'running' then
+  redis.call('SREM', KEYS[4], ARGV[5])
   return {status, processed, total, affected}
 end
 local action, state, marker, started = job[2], job[3], job[7], tonumber(job[8])
+local keep_cancelled = action == 'retry' and job[9] ~= '1'
 local prefix, now = ARGV[1], ARGV[2]
 local guard_time = redis.call('HGET', prefix .. marker, 'status') ~= state
 local done = false
@@ -32,14 +43,19 @@ for _ = 1, tonumber(ARGV[3]) do
     break
   end
   local task = prefix .. id
-  local fields = redis.call('HMGET', task, 'status', 'updated', 'error')
+  local fields = {}  -- a task key that is not a hash is no task of this list: its id is dropped
+  if redis.call('TYPE', task)['ok'] == 'hash' then
+    fields = redis.call('HMGET', task, 'status', 'updated', 'error', 'error_type')
+  end
   if guard_time and (tonumber(fields[2]) or 0) > started then
     done = true
     break
   end
-  redis.call('RPOP', KEYS[2])
   processed = processed + 1
-  if fields[1] == state then
+  if keep_cancelled and fields[1] == state and
+      (fields[4] == 'django_blueque.Cancelled' or fields[4] == 'Cancelled') then
+    redis.call('RPOPLPUSH', KEYS[2], KEYS[2])
+  elseif redis.call('RPOP', KEYS[2]) and fields[1] == state then
     affected = affected + 1
     if action == 'delete' then
       redis.call('DEL', task)
@@ -59,6 +75,7 @@ status = done and 'done' or 'running'
 redis.call('HSET', KEYS[1], 'processed', processed, 'affected', affected, 'updated', now,
            'status', status)
 if done then
+  redis.call('SREM', KEYS[4], ARGV[5])
   redis.call('HSET', KEYS[1], 'finished', now)
   redis.call('EXPIRE', KEYS[1], ARGV[4])
 end

@@ -1,31 +1,43 @@
--- cancel: stop a task wherever it is. A pending or scheduled task fails at once with the
--- error 'cancelled'; a reserved or started one is flagged, and its listener is told (through
--- its cancels set) to stop the process; the listener then records the failure.
+-- cancel: stop a task wherever it is. A scheduled task, or a pending one within a window of
+-- either end of its list, fails at once with the error 'cancelled'. A reserved or started one
+-- is flagged, and its listener is told (through its cancels set) to stop the process; the
+-- listener then records the failure. A pending task deeper in a long list is flagged too, and
+-- fails without running when a listener takes it (start.lua): taking it out of the middle of
+-- the list would scan the list (LREM), stalling Redis for every client.
 -- KEYS[1] task, KEYS[2] pending list, KEYS[3] scheduled set, KEYS[4] failed list
--- ARGV[1] id, ARGV[2] now, ARGV[3] cancels-set key prefix (the node is read from the task)
+-- ARGV[1] id, ARGV[2] now, ARGV[3] cancels-set key prefix (the node is read from the task),
+-- ARGV[4] window: how far from either end of the pending list the id is looked for
 -- Returns 'cancelled', 'requested', the status of a finished task, or false if there is none.
+--#include common.lib
+--#include admin.lib
+expect(KEYS[1], 'hash')
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then
   return false
 end
 local now = ARGV[2]
-if status == 'pending' or status == 'scheduled' then
-  if status == 'pending' then
-    redis.call('LREM', KEYS[2], 0, ARGV[1])
-  else
-    redis.call('ZREM', KEYS[3], ARGV[1])
-  end
-  redis.call('HSET', KEYS[1], 'status', 'failed', 'error', 'cancelled', 'error_type', 'Cancelled',
-             'updated', now, 'finished', now)
-  redis.call('LPUSH', KEYS[4], ARGV[1])
-  return 'cancelled'
-end
 if status == 'reserved' or status == 'started' then
-  redis.call('HSET', KEYS[1], 'cancel_requested', now)
   local node = redis.call('HGET', KEYS[1], 'node')
   if node then
+    expect(ARGV[3] .. node, 'set')
     redis.call('SADD', ARGV[3] .. node, ARGV[1])
   end
+  redis.call('HSET', KEYS[1], 'cancel_requested', now)
   return 'requested'
 end
-return status
+if status ~= 'pending' and status ~= 'scheduled' then
+  return status
+end
+expect(KEYS[2], 'list')
+expect(KEYS[3], 'zset')
+expect(KEYS[4], 'list')
+if status == 'scheduled' then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+elseif unlist(KEYS[2], ARGV[1], tonumber(ARGV[4])) == 'deep' then
+  redis.call('HSET', KEYS[1], 'cancel_requested', now)
+  return 'requested'
+end
+redis.call('HSET', KEYS[1], 'status', 'failed', 'error', 'cancelled', 'error_type', 'django_blueque.Cancelled',
+           'updated', now, 'finished', now)
+redis.call('LPUSH', KEYS[4], ARGV[1])
+return 'cancelled'

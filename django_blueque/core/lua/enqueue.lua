@@ -4,6 +4,10 @@
 -- KEYS[1] queues zset, KEYS[2] pending list
 -- ARGV[1] queue, ARGV[2] task key prefix, ARGV[3] status, ARGV[4] now, ARGV[5] number of
 -- extension field pairs n, then the n pairs, then (task id, parameters) per task
+--#include common.lib
+if not (usable(KEYS[1], 'zset') and usable(KEYS[2], 'list')) then
+  return redis.error_reply('cannot enqueue to ' .. ARGV[1] .. ': its pending list or the queues set holds the wrong type')
+end
 local queue, prefix, status, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local extras = tonumber(ARGV[5])
 local first = 6 + 2 * extras

@@ -1,35 +1,61 @@
--- expire_finished: delete the oldest finished tasks of one list whose retention has passed.
--- The list is newest-first, so the tail is the oldest; stop at the first task still kept.
--- A task without an 'expires' field (finished by blueque 1.0, or cancelled before it ran) is
--- kept for its own retention, else the default, after its last update; forever when it has
--- neither (or its 'updated' does not parse).
--- KEYS[1] complete or failed list
--- ARGV[1] task key prefix, ARGV[2] now, ARGV[3] default retention (s) or '', ARGV[4] most to delete,
--- ARGV[5] '1' to count what would be deleted and change nothing (the reaper's dry run)
-local now, deleted, dry = tonumber(ARGV[2]), 0, ARGV[5] == '1'
-while deleted < tonumber(ARGV[4]) do
-  local id = redis.call('LINDEX', KEYS[1], dry and -(deleted + 1) or -1)
-  if not id then
-    break
-  end
+-- expire_finished: delete the finished tasks of a list whose retention has passed (on Redis's
+-- clock) among its `window` oldest (the tail). Every expired task of that window goes, not only
+-- those before the first one to keep; the kept ones stay at the tail in their order. A task
+-- deeper than the window waits until it is among the window oldest (the README's bound).
+-- The list's entry in the expiring index is then set to the earliest expiry left in the
+-- window, to now when a full window was deleted (more may wait behind it), or removed.
+-- KEYS[1] complete or failed list, KEYS[2] expiring index
+-- ARGV[1] task key prefix, ARGV[2] index member ('<status> <queue>'), ARGV[3] default
+-- retention (s) or '', ARGV[4] window, ARGV[5] '1' for a dry run (count only)
+-- Returns the number of tasks deleted (or, dry, that would be).
+--#include common.lib
+if not usable(KEYS[1], 'list') then
+  return 0
+end
+local now, dry, window = server_time(), ARGV[5] == '1', tonumber(ARGV[4])
+local ids = redis.call('LRANGE', KEYS[1], -window, -1)
+local kept, deleted, earliest = {}, 0, false
+for _, id in ipairs(ids) do
   local task = ARGV[1] .. id
-  local fields = redis.call('HMGET', task, 'expires', 'updated', 'retention')
-  local expires = tonumber(fields[1])
-  if not fields[2] and not expires then
-    expires = 0
-  elseif not expires then
-    local updated, retention = tonumber(fields[2]), tonumber(fields[3]) or tonumber(ARGV[3])
-    if updated and retention then
-      expires = updated + retention
+  local expires = 0  -- a missing task (or garbage in its place) goes at once
+  if redis.call('TYPE', task).ok == 'hash' then
+    local fields = redis.call('HMGET', task, 'expires', 'updated', 'retention')
+    expires = number(fields[1], nil)
+    if not expires then
+      local updated, retention = number(fields[2], nil), number(fields[3], number(ARGV[3], nil))
+      if updated and retention then
+        expires = updated + retention
+      end
     end
   end
-  if not expires or expires > now then
-    break
+  if expires and expires <= now then
+    deleted = deleted + 1
+    if not dry then
+      redis.call('DEL', task)
+    end
+  else
+    table.insert(kept, id)
+    if expires and (not earliest or expires < earliest) then
+      earliest = expires
+    end
   end
-  if not dry then
-    redis.call('RPOP', KEYS[1])
-    redis.call('DEL', task)
+end
+if dry then
+  return deleted
+end
+if deleted > 0 then
+  redis.call('LTRIM', KEYS[1], 0, -(#ids + 1))
+  for start = 1, #kept, 1000 do
+    redis.call('RPUSH', KEYS[1], unpack(kept, start, math.min(start + 999, #kept)))
   end
-  deleted = deleted + 1
+end
+if usable(KEYS[2], 'zset') then
+  if deleted == window and redis.call('LLEN', KEYS[1]) > 0 then
+    redis.call('ZADD', KEYS[2], now, ARGV[2])
+  elseif earliest then
+    redis.call('ZADD', KEYS[2], earliest, ARGV[2])
+  else
+    redis.call('ZREM', KEYS[2], ARGV[2])
+  end
 end
 return deleted

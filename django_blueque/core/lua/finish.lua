@@ -1,53 +1,82 @@
 -- finish: record the end of a run (blueque 1.0's complete and fail transactions, extended).
 -- A failure is retried when the task allows it: it goes back to the scheduled set with
--- eta = now + backoff * 2^(attempts - 1) (to pending at once when backoff is 0).
+-- eta = now + backoff * 2^(attempts - 1) (to pending at once when backoff is 0). Policy fields
+-- the task hash lacks (a foreign producer's task) come from the queue's defaults.
+-- Outcome 'requeue': the run never began (its process died before it was handed the task):
+-- the task goes back to the queue and the attempt is not counted.
 -- With a token, only the holder of the current reservation may finish the task; without one
 -- (blueque 1.0 API, tasks started by blueque 1.0) the task must be reserved or started.
+-- Retry times and expiries are on Redis's clock; 'updated' and 'finished' on the caller's,
+-- as blueque 1.0 writes them.
 -- KEYS[1] task, KEYS[2] reserved list, KEYS[3] started set, KEYS[4] lease key,
 -- KEYS[5] complete list, KEYS[6] failed list, KEYS[7] scheduled set, KEYS[8] pending list
 -- ARGV[1] id, ARGV[2] token or '', ARGV[3] started member, ARGV[4] now, ARGV[5] outcome
--- ('complete' or 'failed'), ARGV[6] result or error, ARGV[7] error type, ARGV[8] traceback,
--- ARGV[9] '1' if a failure may be retried, ARGV[10] default retention in seconds or '',
--- ARGV[11] '1' for the reaper's recovery: only while the lease key is absent (the task's
--- process may have taken its lapsed lease again since the reaper looked; see renew_lease)
--- Returns 'complete', 'failed', 'retry' or 'stale' (nothing changed).
-local state = redis.call('HMGET', KEYS[1], 'status', 'lease', 'attempts', 'retries', 'backoff', 'retention')
-local status = state[1]
+-- ('complete', 'failed' or 'requeue'), ARGV[6] result or error, ARGV[7] error type,
+-- ARGV[8] traceback, ARGV[9] '1' if a failure may be retried, ARGV[10] default retention (s)
+-- or '', ARGV[11] '1' for the reaper's recovery: only while the lease key is absent (the
+-- task's process may have taken its lapsed lease again since the reaper looked; see
+-- renew_lease), ARGV[12] default retries or '', ARGV[13] default backoff (s) or '',
+-- ARGV[16] queue; KEYS[10] due index, KEYS[11] lease index, KEYS[12] expiring index (each kept
+-- when usable; KEYS[9], ARGV[14] and ARGV[15]: the throughput counter at the end)
+-- Returns 'complete', 'failed', 'retry', 'requeued' or 'stale' (nothing changed).
+--#include common.lib
+local status = status_of(KEYS[1])
 if status ~= 'started' and status ~= 'reserved' then
   return 'stale'
 end
-if ARGV[2] ~= '' and state[2] ~= ARGV[2] then
+local state = redis.call('HMGET', KEYS[1], 'lease', 'attempts', 'retries', 'backoff', 'retention')
+if ARGV[2] ~= '' and state[1] ~= ARGV[2] then
   return 'stale'
 end
 if ARGV[11] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
   return 'stale'
 end
-local id, now = ARGV[1], ARGV[4]
+if not (usable(KEYS[2], 'list') and usable(KEYS[3], 'set') and usable(KEYS[5], 'list')
+        and usable(KEYS[6], 'list') and usable(KEYS[7], 'zset') and usable(KEYS[8], 'list')) then
+  return redis.error_reply('cannot finish ' .. ARGV[1] .. ': a key of its queue holds the wrong type')
+end
+local id, now, outcome = ARGV[1], ARGV[4], ARGV[5]
+local attempts = number(state[2], 0)
 redis.call('LREM', KEYS[2], 1, id)
 redis.call('SREM', KEYS[3], ARGV[3])
 redis.call('DEL', KEYS[4])
+local function index(key, ...)
+  if usable(key, 'zset') then
+    redis.call(...)
+  end
+end
+index(KEYS[11], 'ZREM', KEYS[11], id)
 redis.call('HDEL', KEYS[1], 'lease', 'cancel_requested')
 
-if ARGV[5] == 'complete' then
+if outcome == 'requeue' then
+  if status == 'started' and attempts > 0 then
+    redis.call('HSET', KEYS[1], 'attempts', attempts - 1)
+  end
+  redis.call('HDEL', KEYS[1], 'node', 'pid')
+  redis.call('HSET', KEYS[1], 'status', 'pending', 'updated', now)
+  redis.call('RPUSH', KEYS[8], id)
+  return 'requeued'
+end
+if outcome == 'complete' then
   redis.call('HDEL', KEYS[1], 'error_type', 'traceback')
   redis.call('HSET', KEYS[1], 'status', 'complete', 'result', ARGV[6], 'updated', now, 'finished', now)
 else
-  local attempts = tonumber(state[3]) or 0
   if status == 'reserved' or attempts == 0 then
     -- died before starting: count the attempt, or a crash-at-start would retry forever;
     -- started by blueque 1.0, which does not count runs: this run was the first
     attempts = attempts + 1
     redis.call('HSET', KEYS[1], 'attempts', attempts)
   end
-  local retries = tonumber(state[4]) or 0
+  local retries = number(state[3], number(ARGV[12], 0))
   if ARGV[9] == '1' and attempts <= retries then
-    local backoff = tonumber(state[5]) or 0
-    local eta = tonumber(now) + backoff * 2 ^ (math.max(attempts, 1) - 1)
+    local backoff = math.max(number(state[4], number(ARGV[13], 0)), 0)
     redis.call('HSET', KEYS[1], 'last_error', ARGV[6], 'error_type', ARGV[7], 'traceback', ARGV[8],
                'updated', now)
     if backoff > 0 then
+      local eta = server_time() + backoff * 2 ^ (math.max(attempts, 1) - 1)
       redis.call('HSET', KEYS[1], 'status', 'scheduled', 'eta', string.format('%.6f', eta))
       redis.call('ZADD', KEYS[7], eta, id)
+      index(KEYS[10], 'ZADD', KEYS[10], 'LT', eta, ARGV[16])
     else
       redis.call('HSET', KEYS[1], 'status', 'pending')
       redis.call('RPUSH', KEYS[8], id)
@@ -58,11 +87,20 @@ else
              'traceback', ARGV[8], 'updated', now, 'finished', now)
 end
 
-local retention = tonumber(state[6]) or tonumber(ARGV[10])
+local retention = number(state[5], number(ARGV[10], nil))
 if retention then
-  redis.call('HSET', KEYS[1], 'expires', string.format('%.6f', tonumber(now) + retention))
+  local expires = server_time() + retention
+  redis.call('HSET', KEYS[1], 'expires', string.format('%.6f', expires))
+  index(KEYS[12], 'ZADD', KEYS[12], 'LT', expires,
+        (outcome == 'complete' and 'complete' or 'failed') .. ' ' .. ARGV[16])
 end
-if ARGV[5] == 'complete' then
+-- throughput: one count per queue, minute and end in the hour's hash (KEYS[9], ARGV[14] the
+-- minute, ARGV[15] its expiry in s); pcall: a counter of the wrong type never fails an end
+if KEYS[9] then
+  redis.pcall('HINCRBY', KEYS[9], ARGV[14] .. ':' .. outcome, 1)
+  redis.pcall('EXPIRE', KEYS[9], ARGV[15])
+end
+if outcome == 'complete' then
   redis.call('LPUSH', KEYS[5], id)
   return 'complete'
 end

@@ -4,6 +4,11 @@
 -- KEYS[1] task, KEYS[2] scheduled set, KEYS[3] pending list
 -- ARGV[1] id, ARGV[2] now
 -- Returns 1, or 0 when the task is not (or no longer) scheduled.
+--#include common.lib
+--#include admin.lib
+expect(KEYS[1], 'hash')
+expect(KEYS[2], 'zset')
+expect(KEYS[3], 'list')
 if redis.call('HGET', KEYS[1], 'status') ~= 'scheduled' then
   return 0
 end

@@ -7,13 +7,24 @@
 -- ARGV[1] 'list', 'zset' or 'ids', ARGV[2] start, ARGV[3] stop, ARGV[4] task key prefix,
 -- ARGV[5] longest value returned (bytes), ARGV[6] number of fields n, ARGV[7..6+n] the fields,
 -- then, for 'ids', the ids
--- Returns, per task: id, score (sorted set) or false, then the n values (false when missing).
+-- A key of the wrong type (written by someone else) is read as empty, and a task key that is
+-- not a hash as a task whose fields could not be read: one bad key never fails the page.
+-- Returns, per task: id, score (sorted set) or false, 1 (read) or 0 (not a hash), then the n
+-- values (false when missing).
+--#include common.lib
 local kind, n, limit = ARGV[1], tonumber(ARGV[6]), tonumber(ARGV[5])
 local ids, scores = {}, {}
+local function read(...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply['err'] then
+    return nil
+  end
+  return reply
+end
 if kind == 'list' then
-  ids = redis.call('LRANGE', KEYS[1], ARGV[2], ARGV[3])
+  ids = read('LRANGE', KEYS[1], ARGV[2], ARGV[3]) or {}
 elseif kind == 'zset' then
-  local flat = redis.call('ZREVRANGE', KEYS[1], ARGV[2], ARGV[3], 'WITHSCORES')
+  local flat = read('ZREVRANGE', KEYS[1], ARGV[2], ARGV[3], 'WITHSCORES') or {}
   for i = 1, #flat, 2 do
     table.insert(ids, flat[i])
     table.insert(scores, flat[i + 1])
@@ -31,7 +42,9 @@ local out = {}
 for i, id in ipairs(ids) do
   table.insert(out, id)
   table.insert(out, scores[i] or false)
-  local values = redis.call('HMGET', ARGV[4] .. id, unpack(fields))
+  local values = read('HMGET', ARGV[4] .. id, unpack(fields))
+  table.insert(out, values and 1 or 0)
+  values = values or {}
   for j = 1, n do
     local value = values[j]
     if value and #value > limit then
@@ -42,7 +55,7 @@ for i, id in ipairs(ids) do
       end
       value = string.sub(value, 1, cut) .. '…'
     end
-    table.insert(out, value)
+    table.insert(out, value or false)
   end
 end
 return out

@@ -1,0 +1,279 @@
+"""The listener's task processes: forked ahead of need (a spare), handed a task through a pipe,
+watched until they exit, stopped on a timeout or a cancellation (SIGTERM, then SIGKILL), and the
+end of one that died without reporting recorded for it. A mixin of ForkingRunner (runner.py),
+whose state (children, spare, backlog, policy) it shares."""
+
+import json
+import logging
+import os
+import random
+import signal
+import sys
+import time
+
+import redis
+
+from . import keys as k
+from .outages import is_transient
+from .task_process import TaskProcess, encode_result, error_fields, parse_seconds
+
+logger = logging.getLogger("django_blueque.listener")
+task_logger = logging.getLogger("django_blueque.task")
+
+
+class Child:
+    __slots__ = ("pid", "queue", "task_id", "token", "deadline", "timeout", "stop_reason",
+                 "kill_at", "began", "handed", "label")
+
+    def __init__(self, pid, queue, task_id, token, timeout):
+        self.pid, self.queue, self.task_id, self.token = pid, queue, task_id, token
+        self.began = time.monotonic()
+        self.timeout = timeout
+        self.deadline = self.began + timeout if timeout else None
+        self.stop_reason = None
+        self.kill_at = None
+        self.handed = False  # the task reached the process: it may have begun
+        self.label = printable(task_id)  # for log lines: an id from Redis may hold newlines
+
+
+class TaskProcesses:
+    """ForkingRunner's half that forks, hands over, watches and records its task processes."""
+
+    def fork_task(self, task):
+        """blueque 1.0's: run a reserved task in a forked process, which records its start and
+        its end through a Processor; returns the process's pid. (The runner's own loop hands
+        tasks to processes forked ahead instead.)"""
+        pid = os.fork()
+        if pid:
+            return pid
+        try:
+            os.setsid()
+            random.seed()
+            processor = self._client.get_processor(task)
+            if processor.start(os.getpid()):
+                try:
+                    value = encode_result(self._callback(task))
+                except BaseException as exc:
+                    processor.fail(*error_fields(exc))
+                else:
+                    processor.complete(value)
+        except BaseException:
+            logger.exception("task %s: its process failed outside the task", task.id)
+        finally:
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+    def _spawn(self):
+        """Fork a task process that waits, on a pipe, for the task it is to run."""
+        if self._before_fork:
+            self._before_fork()
+        read_end, write_end = os.pipe()
+        process = TaskProcess(self._protocol, self.listener_id, self._callback, self.policy,
+                              self._on_task_end)
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            os.close(write_end)
+            self._forget_wakeup()
+            process.main(read_end, parent)  # never returns
+        os.close(read_end)
+        return pid, write_end
+
+    def _fork(self, queue, task_id, token, timeout):
+        """Run a reserved task in a process: the spare one forked while the listener was idle
+        (so the fork is not on the way from enqueue to the task's code), or a new one. The
+        listener records the start with the process's pid on its own warm connection and hands
+        it the task through the pipe: the code begins one round trip after the reservation."""
+        self.tasks_taken += 1
+        if self._spare is not None and not _running_child(self._spare[0]):
+            logger.warning("listener %s: spare task process %d had died; forking another",
+                           self.listener_id, self._spare[0])
+            os.close(self._spare[1])
+            self._spare = None
+        pid, write_end = self._spare or self._spawn()
+        self._spare = None
+        timeout = parse_seconds(timeout) or self.policy(queue).get("timeout")
+        child = self.children[pid] = Child(pid, queue, task_id, token, timeout)
+        try:
+            started = self._protocol.start(queue, task_id, self.listener_id, pid, token)
+        except redis.RedisError:
+            os.close(write_end)  # the process exits unstarted; the task goes back to the queue
+            self._backlog.append(lambda: self._record_unstarted(child))
+            raise
+        try:
+            if isinstance(started, dict):
+                _write_all(write_end, json.dumps({"queue": queue, "token": token,
+                                                  "id": task_id, "fields": started}).encode())
+                child.handed = True
+                task_logger.info("task %s (%s) started in pid %d", printable(task_id), queue, pid)
+            else:
+                task_logger.info("task %s (%s) not started: %s", printable(task_id), queue,
+                                 "cancelled" if started == -1 else "no longer reserved here")
+        except OSError:
+            pass  # the process died before it got the task: _child_ended puts it back
+        finally:
+            os.close(write_end)
+
+    def _keep_spare(self):
+        """Have a spare task process ready while a slot is free (not in burst mode, where the
+        listener is about to exit)."""
+        if (self._spare is None and not self.burst and self._accepting()
+                and len(self.children) < self.concurrency):
+            self._spare = self._spawn()
+
+    def _drop_spare(self):
+        """Let the spare process go: on end of file it exits at once, unused."""
+        if self._spare is not None:
+            pid, write_end = self._spare
+            self._spare = None
+            os.close(write_end)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+    def _collect_children(self):
+        """Reap every exited child, the spare included (PID 1 here does not reap zombies),
+        and record the end of those that died without reporting."""
+        while self.children or self._spare is not None:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if self._spare is not None and pid == self._spare[0]:
+                logger.warning("listener %s: spare task process %d %s while idle; forking "
+                               "another", self.listener_id, pid, describe_exit(status))
+                os.close(self._spare[1])
+                self._spare = None
+                continue
+            child = self.children.pop(pid, None)
+            if child is not None:
+                self._child_ended(child, status)
+
+    def _child_ended(self, child, status):
+        elapsed = time.monotonic() - child.began
+        if status == 0:
+            # a task's process exits 0 only once its end is recorded (or it was not its to run)
+            task_logger.info("task %s ended in %.3f s", child.label, elapsed)
+            return
+        if not child.handed:
+            self._record_or_later(lambda: self._record_unstarted(child))
+            return
+        if child.stop_reason == "cancelled":
+            error, kind, retryable = "cancelled", k.CANCELLED, False
+        elif child.stop_reason == "timeout":
+            error, kind, retryable = f"timed out after {child.timeout:g} s", "Timeout", True
+        else:
+            error, kind, retryable = describe_exit(status), "ProcessDied", True
+
+        def record():
+            outcome = self._finish(child, k.FAILED, error, kind, retryable)
+            if outcome == "stale":
+                task_logger.info("task %s ended in %.3f s", child.label, elapsed)
+            else:
+                task_logger.warning("task %s %s after %.3f s: %s", child.label,
+                                    "will be retried" if outcome == "retry" else "failed",
+                                    elapsed, error)
+
+        self._record_or_later(record)
+
+    def _record_unstarted(self, child):
+        """Its process died before it was handed the task: back to the queue, uncounted."""
+        if self._finish(child, "requeue", "") == "requeued":
+            task_logger.warning("task %s: its process %d died before the task began; back "
+                                "to the queue", child.label, child.pid)
+
+    def _finish(self, child, outcome, value, error_type="", retryable=True):
+        return self._protocol.finish(
+            child.queue, child.task_id, listener_id=self.listener_id, pid=child.pid,
+            token=child.token, outcome=outcome, value=value, error_type=error_type,
+            retryable=retryable, policy=self.policy(child.queue))
+
+    def _record_or_later(self, record):
+        """Record now, or once Redis answers again; a refusal that says the data is wrong is
+        logged and dropped (the reaper recovers the task once its lease lapses)."""
+        try:
+            record()
+        except redis.RedisError as exc:
+            if is_transient(exc):
+                self._backlog.append(record)
+            else:
+                task_logger.error("an end could not be recorded: %s", exc)
+
+    def _flush_backlog(self):
+        while self._backlog:
+            record = self._backlog[0]
+            try:
+                record()
+            except redis.RedisError as exc:
+                if is_transient(exc):
+                    raise
+                task_logger.error("an end could not be recorded: %s", exc)
+            self._backlog.pop(0)
+
+    def _stop_child(self, child, reason, current):
+        child.stop_reason = reason
+        child.kill_at = current + self.kill_grace
+        self._signal_child(child, signal.SIGTERM)
+
+    def _enforce_deadlines(self, current):
+        for child in self.children.values():
+            if child.deadline and not child.stop_reason and current >= child.deadline:
+                task_logger.warning("task %s: timed out after %g s, stopping pid %d",
+                                    child.label, child.timeout, child.pid)
+                self._stop_child(child, "timeout", current)
+            elif child.kill_at and current >= child.kill_at:
+                task_logger.warning("task %s: pid %d still running %g s after SIGTERM, killing",
+                                    child.label, child.pid, self.kill_grace)
+                child.kill_at = None
+                self._signal_child(child, signal.SIGKILL)
+
+    @staticmethod
+    def _signal_child(child, signum):
+        """Signal the task's process group (its subprocesses too); the child may not have
+        called setsid() yet, so fall back to the process alone."""
+        try:
+            os.killpg(child.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(child.pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+def describe_exit(status):
+    """What the exit status of a child that did not report says, in words."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown"
+        return f"process killed by signal {number} ({name})"
+    code = os.waitstatus_to_exitcode(status)
+    if code:
+        return f"process exited with status {code} without reporting a result"
+    return "process exited without reporting a result"
+
+
+def _running_child(pid):
+    """False once a child has exited (it is reaped here, its status no longer needed)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == 0
+    except ChildProcessError:
+        return False
+
+
+def printable(text):
+    """An id or name from Redis as one log line: control characters escaped."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

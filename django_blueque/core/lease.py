@@ -1,0 +1,105 @@
+"""A running task's lease: where it is kept, and what losing it means.
+
+The lease is a key (``blueque_lease_<id>``) holding the reservation's token with an expiry on
+Redis's clock. The task's own process renews it from a thread, every third of its length, so a
+task keeps running, and records its own end, whatever happens to its listener. A process that
+cannot reach Redis keeps trying (once a second) and takes a lapsed lease back as soon as Redis
+answers, unless the reaper recovered the task meanwhile: that, and only that, is a lost lease,
+and the process then stops at once so the task is never run to its end twice.
+
+The reaper recovers a task only after it has seen its lease lapsed for a while (see
+maintenance.Reaper), longer than this keeper needs to renew once Redis is back.
+"""
+
+import logging
+import os
+import signal
+import threading
+import time
+
+import redis
+
+from .outages import Outage
+from .protocol import LEASE_TTL
+
+logger = logging.getLogger("django_blueque.task")
+
+RENEW_EVERY = LEASE_TTL / 3
+RETRY_EVERY = 1.0
+"""Seconds between renewal attempts while Redis does not answer."""
+
+
+class LeaseKeeper(threading.Thread):
+    """The thread that renews one task's lease. The forking runner starts it in its spare
+    process before a task is known (a thread's first start costs most); ``keep()`` then says
+    which task it keeps."""
+
+    def __init__(self):
+        super().__init__(name="blueque-lease", daemon=True)
+        self._given = threading.Event()
+        self._job = None
+
+    def keep(self, running, parent_pid, own_process):
+        """Renew ``running``'s lease until ``running.finished`` is set. ``own_process``: this
+        process exists for the task alone (a forking runner's child), so it may stop itself
+        when the lease is lost, and enforce the task's timeout once its listener
+        (``parent_pid``) is gone; otherwise losing the lease only makes ``should_stop()``
+        true."""
+        self._job = (running, parent_pid, own_process, time.monotonic())
+        self._given.set()
+        if not self.is_alive():
+            self.start()
+
+    def run(self):
+        self._given.wait()
+        running, parent_pid, own_process, began = self._job
+        outage = Outage(logger, f"task {running.id}: lease", first_pause=RETRY_EVERY)
+        pause = RENEW_EVERY
+        while not running.finished.wait(pause):
+            with running.recording:  # never renew across the recording of the task's end
+                if running.finished.is_set():
+                    return
+                try:
+                    held, cancel = running.protocol.renew_lease(running.id, running.token)
+                except redis.RedisError as exc:
+                    outage.failed(exc)
+                    held, cancel, pause = True, False, RETRY_EVERY
+                else:
+                    outage.recovered()
+                    pause = RENEW_EVERY
+            if not held:
+                self._lost(running, own_process)
+                return
+            orphan = own_process and os.getppid() != parent_pid
+            if cancel and not running.cancel_requested.is_set():
+                running.cancel_requested.set()
+                if orphan:  # no listener will stop it: stop itself
+                    os.kill(os.getpid(), signal.SIGTERM)
+            if orphan:
+                self._enforce_timeout(running, began)
+
+    @staticmethod
+    def _lost(running, own_process):
+        running.lease_lost.set()
+        logger.error("task %s: lease lost (the task was recovered elsewhere)%s", running.id,
+                     "; stopping this process" if own_process else "")
+        if own_process:
+            if os.getpgrp() == os.getpid():
+                os.killpg(os.getpid(), signal.SIGKILL)  # its subprocesses too
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    @staticmethod
+    def _enforce_timeout(running, began):
+        """With its listener gone, nobody else stops a task past its timeout, and its lease,
+        renewed here, would keep it running for ever: SIGTERM itself (recorded as timed out),
+        then SIGKILL a renewal later if it is still there. Measured on this process's
+        monotonic clock: another host's clock says nothing here."""
+        if not running.timeout or time.monotonic() < began + running.timeout:
+            return
+        if not running.timed_out.is_set():
+            running.timed_out.set()
+            logger.warning("task %s: timed out after %g s with its listener gone; stopping",
+                           running.id, running.timeout)
+            os.kill(os.getpid(), signal.SIGTERM)
+        else:
+            os.killpg(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,117 @@
+"""The scheduler's and the reaper's operations on the protocol (a part of Protocol, kept apart
+to keep modules short): moving due tasks, expiring finished ones, reading lapsed leases from
+the indexes, and the sweep that keeps the indexes right for tasks written by producers that
+do not keep them (blueque 1.0).
+
+A pass reads the indexes' due entries only, and the sweep reads a bounded window of queues:
+its cost follows what is due or lapsed, never what is stored.
+"""
+
+import time
+
+LAPSED_BATCH = 1000
+"""Most lapsed leases (or listener heartbeats) one reaper pass reads from an index."""
+
+EXPIRY_WINDOW = 1000
+"""How many of a finished list's oldest tasks one expiry pass examines."""
+
+
+def now():
+    return time.time()
+
+
+def encode_time(value):
+    return repr(float(value))
+
+
+def _optional(value):
+    """A number for a script argument, '' for None."""
+    return "" if value is None else value
+
+
+class UpkeepOperations:
+    """Mixed into Protocol: uses its ``redis``, ``keys``, ``script`` and ``_task_prefix``."""
+
+    def move_due(self, queue, batch=1000, by_caller_clock=False):
+        """Move due scheduled tasks to the queue (blueque 1.0's enqueue_due_tasks, atomic):
+        due by Redis's clock, or with ``by_caller_clock`` by this process's, as 1.0 did.
+        The queue's entry in the due index is then set to its next eta."""
+        moved, stamp = [], encode_time(now())  # read once, as 1.0 does
+        while True:
+            step = self.script("move_due")(
+                keys=[self.keys.scheduled(queue), self.keys.pending(queue),
+                      self.keys.due_queues],
+                args=[stamp, self._task_prefix, batch, "1" if by_caller_clock else "0", queue])
+            moved += step
+            if len(step) < batch:
+                return moved
+
+    def due_queues(self, limit):
+        """The queues of the due index whose earliest eta has come (Redis's clock)."""
+        seconds, micros = self.redis.time()
+        return self.redis.zrangebyscore(self.keys.due_queues, "-inf",
+                                        seconds + micros / 1e6, start=0, num=limit)
+
+    def expire_finished(self, queue, status, default_retention=None, batch=EXPIRY_WINDOW,
+                        dry_run=False):
+        """Delete (or with ``dry_run`` count) the tasks past their retention among the
+        ``batch`` oldest of a finished list (see expire_finished.lua)."""
+        return self.script("expire_finished")(
+            keys=[self.keys.finished(queue, status), self.keys.expiring_queues],
+            args=[self._task_prefix, f"{status} {queue}", _optional(default_retention), batch,
+                  "1" if dry_run else "0"])
+
+    def expiring_lists(self, limit):
+        """``[(status, queue)]`` of the expiring index whose earliest expiry has come."""
+        seconds, micros = self.redis.time()
+        entries = self.redis.zrangebyscore(self.keys.expiring_queues, "-inf",
+                                           seconds + micros / 1e6, start=0, num=limit)
+        return [tuple(entry.split(" ", 1)) for entry in entries if " " in entry]
+
+    def lapsed_leases(self, limit=LAPSED_BATCH, dry_run=False):
+        """``[(task id, queue, listener id, pid, token)]`` of the lease index whose lease
+        has lapsed (see lapsed_leases.lua, which also tidies the index)."""
+        return [tuple(entry) for entry in self.script("lapsed_leases")(
+            keys=[self.keys.lease_expiries],
+            args=[self._task_prefix, self.keys.lease(""), limit, "1" if dry_run else "0"])]
+
+    def lapsed_listeners(self, limit=LAPSED_BATCH, dry_run=False):
+        """``[(queue, listener id, heartbeat expiry or None)]`` of the listener index whose
+        heartbeat has lapsed (see lapsed_listeners.lua, which also tidies the index)."""
+        return [(queue, listener, float(expiry) if expiry else None)
+                for queue, listener, expiry in self.script("lapsed_listeners")(
+                    keys=[self.keys.listener_expiries],
+                    args=[self.keys.listeners(""), self.keys.listener_leases(""), limit,
+                          "1" if dry_run else "0"])]
+
+    def index_queues(self, queues, retention=None):
+        """The sweep's upkeep of the due and expiring indexes for ``queues`` (see
+        index_queues.lua); ``retention``: ``queue -> default seconds or None``."""
+        keys = [self.keys.due_queues, self.keys.expiring_queues]
+        args = [self._task_prefix]
+        for queue in queues:
+            keys += [self.keys.scheduled(queue), self.keys.complete(queue),
+                     self.keys.failed(queue)]
+            args += [queue, _optional(retention(queue) if retention else None)]
+        return self.script("index_queues")(keys=keys, args=args)
+
+    def queue_window(self, start, size):
+        """``size`` names of the queues set from rank ``start`` (the sweep's window)."""
+        return self.redis.zrange(self.keys.queues, start, start + size - 1)
+
+    def forget_started(self, queue, member):
+        """Drop a started-set member whose task hash is gone."""
+        self.redis.srem(self.keys.started(queue), member)
+
+    def server_clock(self, probe_writes=True):
+        """``(Redis's time in seconds, seconds since Redis started)``, once Redis has taken a
+        write (raises otherwise; ``probe_writes=False`` writes nothing): leases are judged on
+        Redis's clock, and only while Redis takes the writes that renew them (see
+        maintenance.Reaper)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            if probe_writes:
+                pipe.set(self.keys.reaper_clock, encode_time(now()), px=60_000)
+            pipe.time()
+            pipe.info("server")
+            *_, (seconds, micros), info = pipe.execute()
+        return seconds + micros / 1e6, float(info.get("uptime_in_seconds", 0))

@@ -1,0 +1,170 @@
+"""The process that runs one task: forked by the listener ahead of time, handed its task
+through a pipe, it runs the callback, records the end itself and exits.
+
+It holds the task's lease (lease.py) from before the callback starts until its end is
+recorded, so the task survives its listener and is never recovered while it runs. Its end is
+recorded as patiently as the lease is kept: while Redis is away, it waits and tries again; a
+result is never dropped because Redis restarted or failed over.
+"""
+
+import json
+import logging
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+
+import redis
+
+from . import keys as k
+from .client import Task
+from .context import RunningTask, StopRequested, set_current_task
+from .lease import LeaseKeeper
+from .outages import Outage, is_transient
+
+logger = logging.getLogger("django_blueque.task")
+
+REFUSALS_TOLERATED = 3
+"""Attempts a task's process makes to record its end when Redis refuses the command for
+another reason than being away (an error that says the data is wrong, which waiting does not
+mend); while Redis is away, it keeps trying for as long as it takes."""
+
+
+def encode_result(result):
+    """A task's return value as a wire string: strings (and bytes, ints, floats, as blueque 1.0
+    accepted) as they are, anything else as JSON (blueque 1.0 failed on None or a dict)."""
+    if isinstance(result, (str, bytes, int, float)) and not isinstance(result, bool):
+        return result
+    try:
+        return json.dumps(result)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"the task returned a {type(result).__name__} that cannot be encoded "
+                        f"as JSON: {exc}") from None
+
+
+def error_fields(exc):
+    """(message, qualified type, traceback) of an exception, for the task hash."""
+    kind = type(exc)
+    qualified = f"{kind.__module__}.{kind.__qualname__}"
+    return str(exc) or kind.__name__, qualified, traceback.format_exc()
+
+
+def parse_seconds(value):
+    """A positive number of seconds from a task field written by anyone, or None."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if 0 < seconds < float("inf") else None
+
+
+class TaskProcess:
+    """What a forked task process needs from its listener, and its main()."""
+
+    def __init__(self, protocol, listener_id, callback, policy, on_task_end=None):
+        self.protocol = protocol
+        self.listener_id = listener_id
+        self.callback = callback
+        self.policy = policy
+        self.on_task_end = on_task_end
+
+    def main(self, start_pipe, parent_pid):
+        """Wait for a task on the pipe, run it, record its end, and exit (never returns)."""
+        code, task_id = 0, None
+        try:
+            os.setsid()
+            for signum in (signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, _raise_stop)
+            keeper = LeaseKeeper()
+            keeper.start()  # a thread's first start costs most: done before the task comes
+            handed = _read_all(start_pipe)
+            if handed:
+                random.seed()  # not the listener's sequence, nor its other children's
+                handed = json.loads(handed)
+                task_id = handed["id"]
+                code = self._run(handed["queue"], Task(task_id, handed["fields"]),
+                                 handed["token"], keeper, parent_pid)
+        except StopRequested:
+            code = 128 + signal.SIGTERM
+        except BaseException:
+            logger.exception("task %s: its process failed outside the task", task_id)
+            code = 1
+        finally:
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    def _run(self, queue, task, token, keeper, parent_pid):
+        policy = self.policy(queue)
+        timeout = parse_seconds(task.fields.get("timeout")) or policy.get("timeout")
+        running = RunningTask(self.protocol, task, token, timeout, queue)
+        set_current_task(running)
+        keeper.keep(running, parent_pid, own_process=True)
+        try:
+            value = encode_result(self.callback(task))
+            outcome, error_type, trace = k.COMPLETE, "", ""
+            if running.cancel_requested.is_set():
+                # it saw should_stop() and ended early: what the operator asked for
+                outcome, value, error_type = k.FAILED, "cancelled", k.CANCELLED
+        except StopRequested:
+            if running.cancel_requested.is_set():
+                outcome, value, error_type, trace = k.FAILED, "cancelled", k.CANCELLED, ""
+            elif running.timed_out.is_set():
+                outcome, error_type, trace = k.FAILED, "Timeout", ""
+                value = f"timed out after {timeout:g} s"
+            else:
+                raise  # stopped by the listener, which records why
+        except BaseException as exc:
+            outcome = k.FAILED
+            value, error_type, trace = error_fields(exc)
+            logger.error("task %s failed: %s", task.id, value, exc_info=True)
+        recorded = record_end(running, lambda: self.protocol.finish(
+            queue, task.id, listener_id=self.listener_id, pid=os.getpid(), token=token,
+            outcome=outcome, value=value, error_type=error_type, traceback=trace,
+            retryable=error_type != k.CANCELLED, policy=policy))
+        if recorded == "stale":
+            logger.warning("task %s: its end was not recorded: the task was recovered "
+                           "elsewhere while this run went on (see the lease)", task.id)
+        if self.on_task_end:
+            self.on_task_end(task, recorded, value, error_type)
+        return 0
+
+
+def record_end(running, step):
+    """Record a task's end with ``step`` (a protocol.finish call), retrying while Redis is
+    away for as long as it takes, and REFUSALS_TOLERATED times on other errors. Each attempt holds
+    ``running.recording``, so the lease keeper (which goes on renewing between attempts) never
+    sees the lease that the recording just released; ``running.finished`` is set with it."""
+    outage = Outage(logger, f"task {running.id}: recording its end")
+    refusals = 0
+    while True:
+        with running.recording:
+            try:
+                outcome = step()
+            except redis.RedisError as exc:
+                refusals += not is_transient(exc)
+                if refusals >= REFUSALS_TOLERATED:
+                    raise
+                pause = outage.failed(exc)
+            else:
+                running.finished.set()
+                outage.recovered()
+                return outcome
+        time.sleep(pause)
+
+
+def _read_all(fd):
+    """Everything the listener writes to the start pipe (nothing: the task is not to run)."""
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _raise_stop(signum, frame):
+    raise StopRequested(f"stopped by signal {signum}")

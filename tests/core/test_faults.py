@@ -1,0 +1,246 @@
+"""The engine under the faults production sees (issue 9): Redis refusing writes (OOM, READONLY),
+stopped or restarted for longer than a lease, scripts flushed, clocks that disagree, listeners
+unregistered by someone else, spare processes dying, slow signal receivers, foreign tasks
+without a policy. Each test runs real runner processes against a real redis-server."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+
+from django_blueque.core import Client, reap
+from django_blueque.core.maintenance import Reaper
+from django_blueque.core.protocol import LEASE_TTL
+from tests.core.helpers import PersistentRedisServer, Runner, pid_alive, wait_for
+from tests.redis_server import free_port
+
+OUTAGE = LEASE_TTL + 5  # longer than a lease: every live process fails to renew in time
+
+
+def job(**todo):
+    return json.dumps(todo)
+
+
+def runs_of(r, task_id):
+    return [run for run in map(json.loads, r.lrange("core_test_runs", 0, -1))
+            if run["id"] == task_id]
+
+
+def ended_once(client, r, task_ids, runner, timeout=90):
+    """Every task completes, each run exactly once, and the listener is still there."""
+    for task_id in task_ids:
+        task = wait_for(lambda t=task_id: (lambda x: x if x.status in ("complete", "failed")
+                                           else None)(client.get_task(t)), timeout,
+                        runner.describe)
+        assert (task.status, task.attempts) == ("complete", 1), (task.fields, runner.output())
+        assert len(runs_of(r, task_id)) == 1, runner.output()
+    assert runner.alive(), runner.output()
+
+
+# -- Redis refusing writes for longer than a lease ----------------------------------------------
+
+def refuse_writes(r, kind):
+    """Make the server refuse writes as production does: OOM under noeviction, or READONLY
+    (it became a replica, here of a master that does not exist). Returns the undo."""
+    if kind == "oom":
+        r.config_set("maxmemory-policy", "noeviction")
+        r.config_set("maxmemory", 1)
+        return lambda: r.config_set("maxmemory", 0)
+    r.execute_command("REPLICAOF", "127.0.0.1", free_port())
+    return lambda: r.execute_command("REPLICAOF", "NO", "ONE")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["oom", "readonly"])
+def test_writes_refused_longer_than_a_lease_lose_nothing(client, r, start_runner, kind):
+    """Before: the lease thread died on OOM/READONLY while the task ran on, its lease lapsed,
+    the reaper failed it ("listener lost") and the listener itself exited."""
+    task_id = client.get_queue("q").enqueue(job(sleep=OUTAGE + 4))
+    runner = start_runner(duties=0.5)  # the reaper runs in the listener
+    wait_for(lambda: runs_of(r, task_id), 20, runner.describe)
+    undo = refuse_writes(r, kind)
+    try:
+        time.sleep(OUTAGE)
+        assert client.get_task(task_id).status == "started"
+    finally:
+        undo()
+    ended_once(client, r, [task_id], runner)
+    assert "Redis answers again" in runner.output()
+
+
+def test_scripts_flushed_are_loaded_again(client, r, start_runner):
+    """NOSCRIPT after SCRIPT FLUSH (or a failover to a server that never saw them)."""
+    runner = start_runner()
+    first = client.get_queue("q").enqueue(job(sleep=1))
+    wait_for(lambda: runs_of(r, first), 20, runner.describe)
+    r.script_flush()
+    second = client.get_queue("q").enqueue("after the flush")
+    ended_once(client, r, [first, second], runner)
+
+
+# -- Redis away for longer than a lease -------------------------------------------------------
+
+@pytest.mark.slow
+def test_redis_stopped_longer_than_a_lease_loses_and_repeats_nothing(redis_server, client, r,
+                                                                    start_runner):
+    """SIGSTOP of redis-server past every lease: on SIGCONT the reaper must not fail the
+    tasks whose processes could not renew (before: every started task was failed or retried,
+    and the processes that lost the race killed themselves)."""
+    tasks = client.get_queue("q").enqueue_many([job(sleep=OUTAGE + 6) for _ in range(2)])
+    runner = start_runner(concurrency=2, duties=0.5)
+    for task_id in tasks:
+        wait_for(lambda t=task_id: runs_of(r, t), 20, runner.describe)
+    redis_server.process.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(OUTAGE)
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
+    ended_once(client, r, tasks, runner)
+
+
+@pytest.mark.slow
+def test_redis_restarted_after_a_lease_loses_and_repeats_nothing(tmp_path, tag):
+    """A restart with persistence restores lease keys with their absolute expiry: all lapsed.
+    The reaper waits while Redis's uptime is short; the processes take their leases back."""
+    server = PersistentRedisServer().start()
+    client = Client(server.url)
+    r = redis.Redis.from_url(server.url, decode_responses=True)
+    runner = None
+    try:
+        task_id = client.get_queue("q").enqueue(job(sleep=OUTAGE + 6))
+        runner = Runner(server.url, "q", tmp_path, tag, duties=0.5)
+        wait_for(lambda: runs_of(r, task_id), 20, runner.describe)
+        server.stop()
+        time.sleep(OUTAGE)
+        server.start()
+        ended_once(client, r, [task_id], runner)
+    finally:
+        if runner is not None and runner.alive():
+            runner.popen.kill()
+        r.close()
+        client.redis.close()
+        server.close()
+
+
+def test_a_reaper_that_lost_redis_watches_afresh(client, r):
+    """The rule itself: a lapsed lease is acted on only after being seen lapsed for the
+    confirmation period in passes that all reached Redis. Here a dead listener's heartbeat:
+    the pass before a gap does not count."""
+    client.protocol.heartbeat("gone~00000000_1", ["q"], ttl=-1)
+    reaper = Reaper(client, confirm=1.0)
+    assert reaper.reap() == [] and reaper.undecided
+    reaper._last_pass -= 60  # as if Redis had been away for a minute since
+    time.sleep(1.1)
+    assert reaper.reap() == []  # seen afresh: not yet
+    time.sleep(1.1)
+    assert [a.what for a in reaper.reap()] == ["released listener"]
+
+
+def test_a_reaper_whose_write_failed_watches_afresh(client, r):
+    client.protocol.heartbeat("gone~00000000_1", ["q"], ttl=-1)
+    reaper = Reaper(client, confirm=1.0)
+    reaper.reap()
+    time.sleep(1.1)
+    undo = refuse_writes(r, "oom")
+    try:
+        with pytest.raises(redis.RedisError):
+            reaper.reap()
+    finally:
+        undo()
+    assert not reaper.undecided
+    assert reaper.reap() == []
+    time.sleep(1.1)
+    assert [a.what for a in reaper.reap()] == ["released listener"]
+
+
+# -- clocks, ids, registrations ---------------------------------------------------------------
+
+def test_a_listener_whose_clock_is_behind_is_not_released(client, r, redis_url, tmp_path,
+                                                          tag):
+    """Before: its heartbeat was dated by its own clock, 30 s behind the reaper's, so every
+    reaper pass released it. Now every lease is on Redis's clock."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import time\n_real = time.time\ntime.time = lambda: _real() - 30\n")
+    runner = Runner(redis_url, "q", tmp_path, tag, pythonpath=[tmp_path])
+    wait_for(lambda: runner.listener_id in r.smembers("blueque_listeners_q"), 20,
+             runner.describe)
+    skew = subprocess.run([sys.executable, "-c", "import time; print(time.time())"],
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True,
+                          text=True).stdout
+    assert float(skew) < time.time() - 25  # the skew is real in that process
+    assert reap(client, confirm=0) == []
+    assert runner.listener_id in r.smembers("blueque_listeners_q")
+    task_id = client.get_queue("q").enqueue("still taken")
+    ended_once(client, r, [task_id], runner)
+
+
+def test_a_heartbeat_registers_again_a_listener_someone_removed(client, r, start_runner):
+    """blueque 1.0's claim_orphan SREMs a listener it judges dead; ours must come back."""
+    runner = start_runner()
+    wait_for(lambda: runner.listener_id in r.smembers("blueque_listeners_q"), 20,
+             runner.describe)
+    r.srem("blueque_listeners_q", runner.listener_id)
+    r.zincrby("blueque_queues", -1, "q")
+    wait_for(lambda: runner.listener_id in r.smembers("blueque_listeners_q"), 10,
+             runner.describe)
+    assert r.zscore("blueque_queues", "q") == 1.0
+
+
+# -- the listener's own processes -------------------------------------------------------------
+
+def children_of(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as listing:
+        return [int(child) for child in listing.read().split()]
+
+
+def test_a_spare_process_that_died_while_idle_is_replaced(client, r, start_runner):
+    """Before: the next task was handed to the dead spare and failed 'killed by signal 9'
+    without having run."""
+    runner = start_runner()
+    spare = wait_for(lambda: children_of(runner.pid), 20, runner.describe)[0]
+    os.kill(spare, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(spare), 10)
+    task_id = client.get_queue("q").enqueue("after the spare died")
+    ended_once(client, r, [task_id], runner)
+    assert "spare task process" in runner.output()
+
+
+def test_a_slow_receiver_of_the_end_is_not_killed(client, r, start_runner):
+    """on_task_end (a signal receiver) runs after the end is recorded; before, the lease
+    thread found the lease gone and SIGKILLed the process inside the receiver."""
+    runner = start_runner(slow_end=True)
+    task_id = client.get_queue("q").enqueue("quick")
+    wait_for(lambda: r.lrange("ended", 0, -1), 30, runner.describe)
+    assert r.lrange("ended", 0, -1) == [f"{task_id} complete"]
+    assert client.get_task(task_id).status == "complete"
+
+
+def test_a_task_process_does_not_catch_sighup(client, r, start_runner):
+    """It inherited the listener's SIGHUP handler (which wrote to the listener's wake-up pipe,
+    a descriptor number the task may reuse): it must have the default action."""
+    runner = start_runner()
+    task_id = client.get_queue("q").enqueue(job(sleep=30))
+    pid = wait_for(lambda: runs_of(r, task_id), 20, runner.describe)[0]["pid"]
+    with open(f"/proc/{pid}/status") as status:
+        caught = int(next(line for line in status if line.startswith("SigCgt:")).split()[1], 16)
+    assert not caught & (1 << (signal.SIGHUP - 1))
+
+
+def test_a_foreign_task_gets_its_queues_policy(client, r, start_runner):
+    """A task written by another producer carries no timeout or retries: the queue's policy
+    applies (before: a hung foreign task held its slot for ever)."""
+    task_id = "foreign-1"
+    r.hset(f"blueque_task_{task_id}", mapping={"status": "pending", "queue": "q",
+                                                "parameters": job(sleep=60)})
+    r.lpush("blueque_pending_tasks_q", task_id)
+    runner = start_runner(policy=json.dumps({"timeout": 1, "retries": 1, "backoff": 0}),
+                          kill_grace=1)
+    task = wait_for(lambda: (lambda t: t if t.status == "failed" else None)(
+        client.get_task(task_id)), 30, runner.describe)
+    assert (task.error_type, task.attempts) == ("Timeout", 2)
+    assert len(runs_of(r, task_id)) == 2
