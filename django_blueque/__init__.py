@@ -2,14 +2,28 @@
 
 The public surface::
 
-    from django_blueque import blueque_task, get_result, current_task
+    from django_blueque import (blueque_task, cancel, current_task, get_result,
+                                StopRequested, TaskTimeout)
 
 They are imported on first use, so ``django_blueque.core`` (the engine) loads without Django.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["blueque_task", "current_task", "get_result"]
+__all__ = ["StopRequested", "TaskTimeout", "blueque_task", "cancel", "current_task",
+           "get_result"]
+
+
+def cancel(task_id):
+    """Cancel a task from any process: 'cancelled' (it was waiting: it fails at once),
+    'requested' (it is running: its listener stops it within seconds), the status of a task
+    already finished, or None for an unknown task."""
+    from .conf import get_client, get_settings
+    from .results import get_result
+
+    if get_settings().eager:  # eager tasks ran at enqueue: there is nothing left to stop
+        return get_result(task_id).status
+    return get_client().cancel(task_id)
 
 
 def __getattr__(name):
@@ -21,8 +35,12 @@ def __getattr__(name):
         from .results import get_result
 
         return get_result
-    if name == "current_task":
-        from .core import current_task
+    if name == "TaskTimeout":
+        from .results import TaskTimeout
 
-        return current_task
+        return TaskTimeout
+    if name in ("current_task", "StopRequested"):
+        from . import core
+
+        return getattr(core, name)
     raise AttributeError(f"module 'django_blueque' has no attribute {name!r}")

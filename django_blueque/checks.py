@@ -1,11 +1,29 @@
-"""System checks: a malformed BLUEQUE setting fails ``manage.py check`` with an id and a hint."""
+"""System checks: a malformed BLUEQUE setting fails ``manage.py check`` with an id and a hint;
+an include of django_blueque.urls that requests never reach is a warning."""
 
-from django.core.checks import Error, Tags, register
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
 
-from . import conf
+from . import conf, mount
 
 
 @register(Tags.compatibility)
 def check_settings(app_configs=None, **kwargs):
     return [Error(problem.msg, hint=problem.hint, id=problem.id, obj="settings.BLUEQUE")
             for problem in conf.problems()]
+
+
+@register(Tags.urls)
+def check_own_include(app_configs=None, **kwargs):
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
+    included = mount.own_include()
+    if included is None or included[1]:
+        return []
+    return [Warning(
+        f"django_blueque.urls is included at {included[0]}, but requests there never reach it: "
+        "a pattern before it answers them (admin.site.urls answers 404 for every path below "
+        "admin/).",
+        hint="Remove the include: the admin site serves the Blueque pages (its index links to "
+             "them). Or move it before path('admin/', admin.site.urls).",
+        obj=settings.ROOT_URLCONF, id="blueque.W001")]

@@ -14,7 +14,9 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .core import Client
+from .core.connections import sentinel_redis
 from .core.keys import DEFAULT_PREFIX, valid_name
+from .redacted import masked_url
 
 DEFAULT_URL = "redis://localhost:6379/0"
 
@@ -39,6 +41,8 @@ DEFAULTS = {
     "SCHEDULER_INTERVAL": 1.0,
     "REAPER_INTERVAL": 5.0,
     "METRICS_TOKEN": None,
+    "WAIT_REPLICAS": 0,
+    "WAIT_TIMEOUT": 1.0,
 }
 
 
@@ -98,7 +102,8 @@ def problems(raw=None):
     url = raw.get("URL")
     if url is not None and (not isinstance(url, str) or
                             not url.startswith(("redis://", "rediss://", "unix://"))):
-        found.append(Problem("blueque.E004", f"BLUEQUE['URL'] is not a Redis URL: {url!r}.",
+        shown = repr(masked_url(url)) if isinstance(url, str) else f"a {type(url).__name__}"
+        found.append(Problem("blueque.E004", f"BLUEQUE['URL'] is not a Redis URL: {shown}.",
                              "Use redis://[:password@]host:port/db, rediss:// for TLS, or "
                              "unix:///path/to/socket."))
     alias = raw.get("CACHE")
@@ -164,6 +169,15 @@ def problems(raw=None):
     if not isinstance(raw.get("EAGER", False), bool):
         found.append(Problem("blueque.E013", "BLUEQUE['EAGER'] must be True or False.",
                              "Set it True in test settings to run tasks inline."))
+    replicas = raw.get("WAIT_REPLICAS", 0)
+    if not _number(replicas, integer=True):
+        found.append(Problem("blueque.E015", f"BLUEQUE['WAIT_REPLICAS'] must be a whole number "
+                             f">= 0, not {replicas!r}.", "0 (the default) waits for no "
+                             "replica; 1 makes a task's start and end wait for one."))
+    if "WAIT_TIMEOUT" in raw and not (_number(raw["WAIT_TIMEOUT"]) and raw["WAIT_TIMEOUT"] > 0):
+        found.append(Problem("blueque.E015", f"BLUEQUE['WAIT_TIMEOUT'] must be a number of "
+                             f"seconds > 0, not {raw['WAIT_TIMEOUT']!r}.", "Leave it out for "
+                             f"the default, {DEFAULTS['WAIT_TIMEOUT']}."))
     token = raw.get("METRICS_TOKEN")
     if token is not None and (not isinstance(token, str) or len(token) < 16):
         found.append(Problem("blueque.E014", "BLUEQUE['METRICS_TOKEN'] must be a string of at "
@@ -194,6 +208,8 @@ class Settings:
     scheduler_interval: float = 1.0
     reaper_interval: float = 5.0
     metrics_token: str | None = None
+    wait_replicas: int = 0
+    wait_timeout: float = 1.0
 
     def policy(self, queue):
         """{'retries', 'backoff', 'timeout', 'retention'} for a queue: its QUEUES entry over
@@ -219,7 +235,8 @@ def get_settings():
         retention=raw["RETENTION"], queues=dict(raw["QUEUES"]), eager=raw["EAGER"],
         concurrency=raw["CONCURRENCY"], kill_grace=raw["KILL_GRACE"],
         scheduler_interval=raw["SCHEDULER_INTERVAL"], reaper_interval=raw["REAPER_INTERVAL"],
-        metrics_token=raw["METRICS_TOKEN"])
+        metrics_token=raw["METRICS_TOKEN"], wait_replicas=raw["WAIT_REPLICAS"],
+        wait_timeout=raw["WAIT_TIMEOUT"])
 
 
 @cache
@@ -227,18 +244,17 @@ def get_client():
     """The engine Client for the configured Redis (one per process; redis-py's pool is safe
     across fork)."""
     conf = get_settings()
+    acknowledgement = {"wait_replicas": conf.wait_replicas, "wait_timeout": conf.wait_timeout}
     if conf.cache:
         from django_redis import get_redis_connection
 
-        return Client(redis_client=get_redis_connection(conf.cache), prefix=conf.prefix)
+        return Client(redis_client=get_redis_connection(conf.cache), prefix=conf.prefix,
+                      **acknowledgement)
     if conf.sentinels:
-        from redis.sentinel import Sentinel
-
-        sentinel = Sentinel([tuple(s) for s in conf.sentinels],
-                            sentinel_kwargs=conf.sentinel_options or None, **conf.options)
-        master = sentinel.master_for(conf.service_name, decode_responses=True, **conf.options)
-        return Client(redis_client=master, prefix=conf.prefix)
-    return Client(conf.url, prefix=conf.prefix, **conf.options)
+        return Client(redis_client=sentinel_redis(conf.sentinels, conf.service_name,
+                                                  conf.sentinel_options, **conf.options),
+                      prefix=conf.prefix, **acknowledgement)
+    return Client(conf.url, prefix=conf.prefix, **acknowledgement, **conf.options)
 
 
 @receiver(setting_changed)

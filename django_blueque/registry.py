@@ -6,6 +6,7 @@ enqueue with one HSET/LPUSH transaction: ``{"video_id": 42}`` from redis-cli wor
 """
 
 import datetime
+import difflib
 import inspect
 import json
 import logging
@@ -85,6 +86,9 @@ class BluequeTask:
         if periodic is not None and cron is not None:
             raise ValueError(f"{self.name}: give periodic= or cron=, not both")
         self.periodic = None
+        if (periodic is not None or cron is not None) and not self._callable_without_arguments():
+            raise TypeError(f"{self.name}: a periodic task is called with no arguments, so it "
+                            "cannot be raw=True nor have parameters without defaults")
         if periodic is not None:
             seconds = (periodic.total_seconds() if isinstance(periodic, datetime.timedelta)
                        else float(periodic))
@@ -101,6 +105,11 @@ class BluequeTask:
         self.__name__ = func.__name__
         self.__module__ = func.__module__
         self.__wrapped__ = func
+
+    def _callable_without_arguments(self):
+        return not self.raw and all(
+            param.default is not param.empty or param.kind in (param.VAR_KEYWORD,)
+            for param in self.signature.parameters.values())
 
     def __repr__(self):
         return f"<BluequeTask {self.name} on queue {self.queue!r}>"
@@ -123,7 +132,7 @@ class BluequeTask:
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"{self.name}: {exc}") from None
+            raise TypeError(f"{self.name}: {self._unexpected(kwargs) or exc}") from None
         arguments = {}
         for name, value in bound.arguments.items():
             param = self.signature.parameters[name]
@@ -134,6 +143,21 @@ class BluequeTask:
         for name, value in arguments.items():
             encode_json(value, f"{self.name}: argument {name!r}")
         return encode_json(arguments, f"{self.name}: arguments")
+
+    def _unexpected(self, kwargs):
+        """What is wrong with keyword arguments the function does not take, or None. bind()
+        reports a missing argument first, which hides the cause of a misspelt one."""
+        params = self.signature.parameters
+        if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            return None
+        named = [n for n, p in params.items() if p.kind != p.POSITIONAL_ONLY]
+        for name in kwargs:
+            if name not in named:
+                near = difflib.get_close_matches(name, named, n=1)
+                return (f"unexpected keyword argument {name!r}" +
+                        (f" (did you mean {near[0]!r}?)" if near else "") +
+                        f"; it takes {self.name}{self.signature}")
+        return None
 
     def enqueue(self, *args, **kwargs):
         """Run the task in a listener; returns its id at once."""
@@ -243,11 +267,16 @@ def blueque_task(func=None, *, queue=None, raw=False, retries=None, backoff=None
 # -- in the listener and the task's process ---------------------------------------------------
 
 def run_task(task):
-    """The ForkingRunner callback: run a task with its registered function, with fresh
-    database connections (never one inherited across fork)."""
-    registered = get_task(task.queue)
-    close_old_connections()
+    """The ForkingRunner callback: run a task with the function of the queue it was taken from,
+    with fresh database connections (never one inherited across fork)."""
     running = current_task()
+    queue = running.queue if running else task.queue  # the engine's: where it was taken from
+    registered = get_task(queue)
+    if queue != task.queue:
+        logger.warning("task %s: its hash names queue %r but it was taken from %r; running "
+                       "%s", task.id, task.queue, queue, registered.name)
+        task = engine.Task(task.id, dict(task.fields, queue=queue))
+    close_old_connections()
     signals.task_started.send(registered, task_id=task.id,
                               attempt=running.attempt if running else 1)
     try:

@@ -1,39 +1,64 @@
 """What the management commands run: the listener, the scheduler and the reaper, configured
 from the settings and the registry. The commands only parse arguments and call these."""
 
+import datetime
 import logging
 import time
 
 import redis
 from croniter import croniter
+from django.utils import timezone
 
 from .actions import advance_bulk_jobs
 from .conf import get_client, get_settings
 from .core import ForkingRunner, enqueue_due_tasks, reap
+from .core.maintenance import RECHECK_SECONDS, Reaper
+from .core.outages import Outage
 from .registry import close_connections_before_fork, registered_tasks, run_task, task_ended
 
 logger = logging.getLogger("django_blueque.scheduler")
 reaper_logger = logging.getLogger("django_blueque.reaper")
 
 
-def retention_for(queue):
-    return get_settings().policy(queue)["retention"]
-
-
 def reap_once(dry_run=False):
-    """One reaper pass over every queue, and a bounded step of the admin's running bulk jobs
-    (so they finish with no page open); returns the reaper's Actions."""
-    actions = reap(get_client(), retention=retention_for, dry_run=dry_run)
+    """Reap every queue until decided (see core.reap: up to a few seconds when a lease has
+    just lapsed), and advance the admin's running bulk jobs; returns the reaper's Actions."""
+    actions = reap(get_client(), policy=get_settings().policy, dry_run=dry_run)
     if not dry_run:
         advance_bulk_jobs()
     return actions
 
 
+class ReaperLoop:
+    """The reaper as a loop's step: one Reaper that remembers what it saw between passes (it
+    acts on a lapsed lease only once seen lapsed long enough), and a step of the admin's bulk
+    jobs. ``report(actions)`` gets what each pass did."""
+
+    def __init__(self, report):
+        self.reaper = Reaper(get_client(), policy=get_settings().policy)
+        self.report = report
+
+    def __call__(self):
+        self.report(self.reaper.reap())
+        advance_bulk_jobs()
+
+    def sooner(self):
+        """Look again soon while a lapsed lease is being watched."""
+        return RECHECK_SECONDS if self.reaper.undecided else None
+
+
+def _cron_zone():
+    """Cron expressions read in Django's TIME_ZONE (UTC when USE_TZ is off and none is set)."""
+    return timezone.get_default_timezone()
+
+
 def latest_due(periodic, at):
-    """The most recent due time of a periodic task at time ``at`` (Unix seconds)."""
+    """The most recent due time of a periodic task at time ``at`` (Unix seconds); cron
+    expressions are read in the project's TIME_ZONE."""
     if periodic.interval:
         return (at // periodic.interval) * periodic.interval
-    return croniter(periodic.cron, at).get_prev(float)
+    moment = datetime.datetime.fromtimestamp(at, _cron_zone())
+    return croniter(periodic.cron, moment).get_prev(datetime.datetime).timestamp()
 
 
 def enqueue_periodic(at=None):
@@ -79,7 +104,9 @@ def next_periodic_runs(at=None):
         if task.periodic.interval:
             runs.append((task, latest_due(task.periodic, at) + task.periodic.interval))
         else:
-            runs.append((task, croniter(task.periodic.cron, at).get_next(float)))
+            moment = datetime.datetime.fromtimestamp(at, _cron_zone())
+            runs.append((task, croniter(task.periodic.cron, moment)
+                         .get_next(datetime.datetime).timestamp()))
     return runs
 
 
@@ -93,19 +120,24 @@ def schedule_once():
     return moved
 
 
-def run_loop(step, interval, stop):
-    """Call ``step`` every ``interval`` seconds until ``stop()`` is true, riding out Redis
-    outages with a growing pause."""
-    backoff = 0.0
+def run_loop(step, interval, stop, name="scheduler"):
+    """Call ``step`` every ``interval`` seconds (or sooner, when it has a ``sooner()`` giving a
+    shorter pause) until ``stop()`` is true. Nothing makes the loop exit: Redis errors of any
+    kind are waited out with a growing pause, any other error is logged with its traceback and
+    the loop goes on."""
+    outage = Outage(logger, name)
+    sooner = getattr(step, "sooner", lambda: None)
     while not stop():
         try:
             step()
-            backoff = 0.0
+        except redis.RedisError as exc:
+            pause = outage.failed(exc)
+        except Exception:
+            logger.exception("%s: a pass failed; trying again in %g s", name, interval)
             pause = interval
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            backoff = min(max(backoff * 2, 0.5), 10.0)
-            logger.warning("Redis unreachable (%s); retrying in %.1f s", exc, backoff)
-            pause = backoff
+        else:
+            outage.recovered()
+            pause = min(interval, sooner() or interval)
         deadline = time.monotonic() + pause
         while not stop() and time.monotonic() < deadline:
             time.sleep(min(0.1, pause))
@@ -117,13 +149,22 @@ def build_listener(queues, concurrency=None, burst=False, max_tasks=None, duties
     conf = get_settings()
     periodic_duties = None
     if duties:
+        reaper = ReaperLoop(lambda actions: [reaper_logger.info("%s", action)
+                                             for action in actions])
+
         def periodic_duties():
-            schedule_once()
-            for action in reap_once():
-                reaper_logger.info("%s", action)
+            # each duty on its own: a failing scheduler pass must not keep the reaper from
+            # running, nor the other way round
+            for name, duty in (("scheduler", schedule_once), ("reaper", reaper)):
+                try:
+                    duty()
+                except redis.RedisError:
+                    raise
+                except Exception:
+                    logger.exception("listener: the %s pass failed", name)
 
     return ForkingRunner(
         get_client(), queues, run_task, concurrency or conf.concurrency, burst=burst,
-        max_tasks=max_tasks, kill_grace=conf.kill_grace, retention=conf.retention,
+        max_tasks=max_tasks, kill_grace=conf.kill_grace, policy=conf.policy,
         duties=periodic_duties, duties_interval=conf.scheduler_interval,
         before_fork=close_connections_before_fork, on_task_end=task_ended)

@@ -1,6 +1,6 @@
-"""Tasks of Django's Tasks framework (Django 6+), run by bq_listen through BluequeBackend."""
+"""Tasks of Django's Tasks framework, run by bq_listen through BluequeBackend."""
 
-from django.tasks import task
+from django_blueque.tasks_compat import task
 
 
 @task
@@ -21,3 +21,25 @@ def which_attempt(context):
 @task(queue_name="other")
 def shout(text):
     return text.upper()
+
+
+@task
+async def add_later(a, b):
+    return a + b
+
+
+@task
+def returns_a_set():
+    return {1, 2}
+
+
+@task(takes_context=True)
+def where_am_i(context):
+    """What the worker rebuilt: the Task's backend, queue and run_after."""
+    task = context.task_result.task
+    return {"backend": task.backend, "queue_name": task.queue_name,
+            "run_after": task.run_after.isoformat() if task.run_after else None}
+
+
+def not_a_task():
+    return "a plain function"

@@ -1,3 +1,5 @@
+import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -11,7 +13,7 @@ from django.utils import autoreload
 from django_blueque.registry import registered_tasks
 from django_blueque.worker import build_listener
 
-from ._base import BluequeCommand, StopFlag
+from ._base import BluequeCommand
 
 
 class Command(BluequeCommand):
@@ -65,8 +67,9 @@ class Command(BluequeCommand):
         restart = []
 
         def on_hangup(signum, frame):
-            restart.append(signum)
-            runner.stop()
+            if not restart:  # a second SIGHUP changes nothing: the restart is under way
+                restart.append(signum)
+                runner.stop()
 
         signal.signal(signal.SIGHUP, on_hangup)
         clean = runner.run()
@@ -76,25 +79,92 @@ class Command(BluequeCommand):
             sys.exit(1)
 
     def run_with_reload(self):
-        """Run the listener in a child process and restart it (gracefully: SIGTERM, so running
-        tasks finish) whenever a Python file of the project changes. The listener itself must
-        own its process's main thread (signals, select), so Django's in-process reloader,
-        which runs the command in a thread, cannot be used."""
+        """Run the listener in a child process and restart it whenever a Python file of the
+        project changes: gracefully (SIGTERM: running tasks end first, however long they
+        take), or at once on SIGHUP (SIGTERM again: running tasks finish in their own
+        processes). The listener itself must own its process's main thread (signals,
+        select), so Django's in-process reloader, which runs the command in a thread, cannot
+        be used. The child has its own process group: a Ctrl-C reaches it only through
+        here, once (the first stop is graceful, a second one is at once); and it dies with
+        this parent (SIGTERM from the kernel), even when the parent is SIGKILLed."""
         argv = [sys.executable, *sys.argv, "--noreload"]
         reloader = autoreload.StatReloader()
-        stop = StopFlag()
+        signals = SignalCounter(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        now = f"kill -HUP {os.getpid()}"
+        self.stderr.write(
+            "Autoreload is on (the default when DEBUG; --noreload turns it off). On a code "
+            "change the listener takes no new task and restarts once its running tasks end, "
+            "which takes as long as they do. To restart at once (running tasks finish in "
+            f"their own processes): {now}")
+        die_with_this_process = functools.partial(_die_with_parent, os.getpid())
         while True:
-            child = subprocess.Popen(argv)
+            child = subprocess.Popen(argv, process_group=0, preexec_fn=die_with_this_process)
             files = dict(reloader.snapshot_files())
+            forwarded, restart = 0, None  # restart: None, "graceful" or "now"
             while child.poll() is None:
                 time.sleep(1)
-                if stop():
+                stops = signals.count(signal.SIGTERM) + signals.count(signal.SIGINT)
+                if stops > forwarded:
+                    forwarded = stops
                     child.send_signal(signal.SIGTERM)
-                    return child.wait()
-                if dict(reloader.snapshot_files()) != files:
-                    self.stderr.write("Code changed: restarting the listener.")
+                if forwarded:
+                    continue
+                if signals.take(signal.SIGHUP) and restart != "now":
+                    self.stderr.write("SIGHUP: restarting the listener now.")
+                    restart = "now"
+                if restart == "now":  # until it goes: a SIGTERM after the first is at once
                     child.send_signal(signal.SIGTERM)
-                    child.wait()
-                    break
-            else:
+                elif restart is None:
+                    changed = changed_file(files, dict(reloader.snapshot_files()))
+                    if changed:
+                        self.stderr.write(
+                            f"{changed} changed: the listener restarts once its running tasks "
+                            f"end (it takes no new task meanwhile). To restart now: {now}")
+                        restart = "graceful"
+                        child.send_signal(signal.SIGTERM)
+            if forwarded or restart is None:
                 return child.returncode
+            self.stderr.write("Restarting the listener.")
+
+
+def changed_file(before, after):
+    """The first watched file added, removed or modified between two snapshots, or None."""
+    for path in sorted(set(before) | set(after)):
+        if before.get(path) != after.get(path):
+            return path
+    return None
+
+
+class SignalCounter:
+    """Counts the signals received, for a loop that checks them between its steps."""
+
+    def __init__(self, *signums):
+        self.counts = dict.fromkeys(signums, 0)
+        for signum in signums:
+            signal.signal(signum, self._received)
+
+    def _received(self, signum, frame):
+        self.counts[signum] += 1
+
+    def count(self, signum):
+        return self.counts[signum]
+
+    def take(self, signum):
+        """Whether ``signum`` came since the last take."""
+        taken, self.counts[signum] = self.counts[signum], 0
+        return taken > 0
+
+
+def _die_with_parent(parent):
+    """In the reloader's child, before exec: the kernel sends it SIGTERM (a graceful stop) when
+    the reloader dies, however it dies, so a listener never outlives its supervisor."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the child outlives a SIGKILLed reloader
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1

@@ -1,4 +1,4 @@
-from django_blueque.worker import reap_once
+from django_blueque.worker import ReaperLoop, reap_once
 
 from ._base import LoopCommand
 
@@ -18,9 +18,9 @@ class Command(LoopCommand):
         self.setup_logging(options["log_level"])
         interval = self.interval(options)
         if options["once"] or options["dry_run"]:
-            self.report(reap_once(dry_run=options["dry_run"]))
+            self.report(reap_once(dry_run=options["dry_run"]))  # waits until decided
             return
-        self.loop(lambda: self.report(reap_once()), interval)
+        self.loop(ReaperLoop(self.report), interval)
 
     def report(self, actions):
         for action in actions:

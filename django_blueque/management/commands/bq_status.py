@@ -1,12 +1,24 @@
+import json
+import time
+
+from django.core.management.base import CommandError
+
 from django_blueque.conf import get_client
-from django_blueque.queries import STATES, Reader
+from django_blueque.queries import QUEUES_PER_PAGE, Reader
+from django_blueque.rows import STATES, number
 
 from ._base import BluequeCommand
 
 
+def printable(text):
+    """``text`` with control characters escaped (``\\x1b``): a queue name or task id written
+    by someone else must not move the cursor, clear the screen or retitle the terminal."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 def table(headers, rows):
     """Rows as aligned columns, the way `ps` prints them."""
-    rows = [[("" if cell is None else str(cell)) for cell in row] for row in rows]
+    rows = [[("" if cell is None else printable(str(cell))) for cell in row] for row in rows]
     widths = [max(len(str(h)), *(len(row[i]) for row in rows)) if rows else len(str(h))
               for i, h in enumerate(headers)]
     lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths, strict=True))]
@@ -25,30 +37,89 @@ def age(seconds):
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise ValueError(text)
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
 class Command(BluequeCommand):
-    help = ("Print every queue with its tasks per state and the age of its oldest pending task, "
-            "every listener with its heartbeat age, and the running tasks with their progress.")
+    help = ("Print the queues (one page of them) with their tasks per state and the age of their "
+            "oldest pending task, the listeners with their heartbeat age, and the running tasks "
+            "with their progress: the dashboard's data.")
+
+    def add_arguments(self, parser):
+        super().add_arguments(parser)
+        parser.add_argument("--limit", type=positive(int), default=QUEUES_PER_PAGE,
+                            help=f"Queues per page (default {QUEUES_PER_PAGE}; those with the "
+                                 f"most listeners first).")
+        parser.add_argument("--page", type=positive(int), default=1, help="Page of queues.")
+        parser.add_argument("--search", default="", help="Only the queues whose name holds this.")
+        parser.add_argument("--json", action="store_true",
+                            help="One JSON document (the figures of metrics.json, and the "
+                                 "running tasks).")
+        parser.add_argument("--watch", type=positive(float), metavar="SECONDS",
+                            help="Print again every SECONDS seconds, until interrupted.")
 
     def handle(self, **options):
+        if options["watch"] is None:
+            self.report(options)
+            return
+        try:
+            while True:
+                if self.stdout.isatty():
+                    self.stdout.write("\x1b[H\x1b[2J", ending="")
+                self.stdout.write(f"Every {options['watch']:g}s: "
+                                  f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+                self.report(options)
+                self.stdout.flush()
+                time.sleep(options["watch"])
+        except KeyboardInterrupt:
+            pass
+
+    def report(self, options):
         reader = Reader(get_client())
-        overview = reader.overview()
+        overview = reader.overview(options["page"], options["search"], options["limit"])
+        if options["page"] > overview.pages:
+            raise CommandError(f"--page {options['page']}: there are {overview.pages} pages")
+        listeners = reader.listeners()
+        running = [(listener, task) for listener in listeners for task in listener.running]
+        for key, why in reader.unreadable.items():
+            self.stderr.write(printable(f"warning: {key} could not be read ({why}); "
+                                        f"counted as empty"))
+        if options["json"]:
+            data = overview.as_dict()
+            data["running"] = [{
+                "id": task.id, "queue": listener.queue, "listener": listener.id,
+                "started": number(task.fields.get("started")),
+                "progress": number(task.fields.get("progress")),
+                "message": task.progress_message} for listener, task in running]
+            self.stdout.write(json.dumps(data, allow_nan=False, default=str))
+            return
         self.stdout.write(table(
             ["QUEUE", *[state.upper() for state in STATES], "OLDEST PENDING", "TASK"],
             [[queue.name, *[queue.counts[state] for state in STATES],
               age(queue.oldest_pending_age), queue.task or "(none registered)"]
              for queue in overview.queues]))
-        listeners = reader.listeners()
+        if overview.pages > 1:
+            self.stdout.write(f"(page {overview.page} of {overview.pages}: {overview.total} "
+                              f"queues; --page N for another)")
         self.stdout.write("")
         self.stdout.write(table(
             ["LISTENER", "QUEUE", "STATE", "HEARTBEAT", "RUNNING", "RESERVED"],
             [[listener.id, listener.queue, listener.kind, age(listener.heartbeat_age),
               len(listener.running), len(listener.reserved)] for listener in listeners]))
-        running = [(listener, task) for listener in listeners for task in listener.running]
         self.stdout.write("")
         self.stdout.write(table(
             ["TASK", "QUEUE", "LISTENER", "RUNNING FOR", "PROGRESS"],
-            [[task.id, listener.queue, listener.id,
-              age(reader.now - task.started if task.started else None),
-              "-" if task.progress is None else
-              f"{task.progress:.0f}% {task.progress_message or ''}".strip()]
-             for listener, task in running]))
+            [running_row(reader.now, listener, task) for listener, task in running]))
+
+
+def running_row(now, listener, task):
+    started, progress = number(task.fields.get("started")), number(task.fields.get("progress"))
+    return [task.id, listener.queue, listener.id, age(now - started if started else None),
+            "-" if progress is None else f"{progress:.0f}% {task.progress_message or ''}".strip()]
