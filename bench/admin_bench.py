@@ -13,11 +13,13 @@ process (Redis's own time not included), which a busy machine does not inflate.
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,6 +105,34 @@ def bulk_delete(client, queue):
             "requests": len(requests), "longest_request_ms": round(max(requests) * 1000, 1)}
 
 
+@contextmanager
+def admin_site(prefix):
+    """A private redis-server (never the one on 6379) with the testproject's admin on it, in
+    this process: yields (the engine's Client, a Django test Client logged in as a
+    superuser). Django is set up here, once the server's URL is known."""
+    server = RedisServer().start()
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    os.environ.update(BLUEQUE_URL=server.url, BLUEQUE_DB_PATH=f"{workdir}/db.sqlite3",
+                      DJANGO_SETTINGS_MODULE="testproject.settings")
+    try:
+        import django
+
+        django.setup()
+        logging.getLogger("django_blueque").setLevel(logging.WARNING)
+        from django.contrib.auth.models import User
+        from django.core.management import call_command
+        from django.test import Client
+
+        from django_blueque.conf import get_client
+
+        call_command("migrate", verbosity=0)
+        client = Client()
+        client.force_login(User.objects.create_superuser("bench", "bench@example.com", "x"))
+        yield get_client(), client
+    finally:
+        server.close()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1_000_000)
@@ -111,29 +141,12 @@ def main():
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
-    server = RedisServer().start()
-    workdir = tempfile.mkdtemp(prefix="blueque-admin-bench-")
-    os.environ.update(BLUEQUE_URL=server.url, BLUEQUE_DB_PATH=f"{workdir}/db.sqlite3",
-                      DJANGO_SETTINGS_MODULE="testproject.settings")
-    try:
-        import django
-
-        django.setup()
-        from django.contrib.auth.models import User
-        from django.core.management import call_command
-        from django.test import Client
-
-        from django_blueque.conf import get_client
-
-        call_command("migrate", verbosity=0)
-        engine = get_client()
+    with admin_site("blueque-admin-bench-") as (engine, client):
         began = time.perf_counter()
         fill(engine.redis, engine.keys, "bench", args.tasks)
         filled = time.perf_counter() - began
         print(f"filled {args.tasks} failed tasks in {filled:.1f} s "
               f"({engine.redis.info('memory')['used_memory_human']} in Redis)", flush=True)
-        client = Client()
-        client.force_login(User.objects.create_superuser("bench", "bench@example.com", "x"))
         middle = args.tasks // 2
         pages = {
             "dashboard": "/admin/blueque/",
@@ -154,8 +167,6 @@ def main():
         print(f"{'delete all failed (bulk job)':45} {figures['bulk_delete_all_failed']}")
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
-    finally:
-        server.close()
 
 
 if __name__ == "__main__":

@@ -39,17 +39,22 @@ PERMISSIONS = {
 }
 
 
+# Each action returns DONE, SKIPPED (the task's status does not allow it) or TOO_DEEP (the
+# task is further than protocol.UNLIST_WINDOW from both ends of a long list: left alone).
+DONE, SKIPPED, TOO_DEEP = 1, 0, -1
+
+
 def _retry(client, task_id, queue, user):
     return client.protocol.retry(queue, task_id)
 
 
 def _run_now(client, task_id, queue, user):
-    return client.protocol.run_now(queue, task_id)
+    return DONE if client.protocol.run_now(queue, task_id) else SKIPPED
 
 
 def _cancel(client, task_id, queue, user):
     # 'cancelled' (it was waiting), 'requested' (running: its listener stops it), or a status
-    return client.cancel(task_id) in ("cancelled", "requested")
+    return DONE if client.cancel(task_id) in ("cancelled", "requested") else SKIPPED
 
 
 def _mark_failed(client, task_id, queue, user):
@@ -57,29 +62,15 @@ def _mark_failed(client, task_id, queue, user):
     listener would have recorded. A process still running it loses its lease and stops."""
     node, pid, lease = client.redis.hmget(client.keys.task(task_id), "node", "pid", "lease")
     outcome = client.protocol.finish(
-        queue, task_id, node or "", pid or "", lease or "", k.FAILED,
-        f"marked failed by {user} from the admin", error_type="MarkedFailed", retryable=False,
-        default_retention=get_settings().policy(queue)["retention"])
-    return outcome == "failed"
+        queue, task_id, listener_id=node or "", pid=pid or "", token=lease or "",
+        outcome=k.FAILED, value=f"marked failed by {user} from the admin",
+        error_type="MarkedFailed", retryable=False, policy=get_settings().policy(queue))
+    return DONE if outcome == "failed" else SKIPPED
 
 
 def _delete(client, task_id, queue, user):
-    """The protocol's delete (DEL task; LREM complete|failed), only if the task is still
-    finished when the transaction runs."""
-    task_key = client.keys.task(task_id)
-    with client.redis.pipeline() as pipe:
-        try:
-            pipe.watch(task_key)
-            status = pipe.hget(task_key, "status")
-            if status not in k.FINISHED:
-                return False
-            pipe.multi()
-            pipe.delete(task_key)
-            pipe.lrem(client.keys.finished(queue, status), 1, task_id)
-            pipe.execute()
-        except redis.WatchError:
-            return False
-    return True
+    """The protocol's delete (DEL task; LREM complete|failed), if the task is still finished."""
+    return client.protocol.delete_finished(queue, task_id)
 
 
 @dataclass(frozen=True)
@@ -117,23 +108,29 @@ TASK_ACTIONS = {action.name: action for action in (
 )}
 
 
+def is_cancelled(error_type):
+    """Whether a failed task's error_type says it was cancelled (old unqualified name too)."""
+    return error_type in k.CANCELLED_TYPES
+
+
 def run_task_action(action, states, user):
     """Run ``action`` on each task of ``states`` ({id: (status, queue)}) it applies to.
-    Returns (ids done, ids skipped)."""
+    Returns (ids done, ids skipped, ids too deep in a long list to act on one by one)."""
     client = get_client()
-    done, skipped = [], []
+    done, skipped, deep = [], [], []
     username = user.get_username()
     for task_id, (status, queue) in states.items():
         if not action.applies_to(status) or not queue or not k.valid_name(queue):
             skipped.append(task_id)
             continue
-        if action.run(client, task_id, queue, username):
+        outcome = action.run(client, task_id, queue, username)
+        if outcome == DONE:
             done.append(task_id)
             logger.info("%s: %s task %s of queue %s (was %s)", username, action.name, task_id,
                         queue, status)
         else:
-            skipped.append(task_id)
-    return done, skipped
+            (deep if outcome == TOO_DEEP else skipped).append(task_id)
+    return done, skipped, deep
 
 
 def requeue_listener(queue, listener_id, user):
@@ -154,7 +151,8 @@ def requeue_listener(queue, listener_id, user):
 # -- bulk jobs ------------------------------------------------------------------------------------
 
 def bulk_job_id(action, state, queue):
-    """One job per action, list and queue: starting it twice shows the running one."""
+    """One job per action, list and queue: starting it twice shows the running one. (Never
+    'running', which names the set of running jobs: see keys.bulk_running.)"""
     return f"{action}_{state}_{queue}"
 
 
@@ -162,10 +160,12 @@ def bulk_permission(action):
     return PERMISSIONS["retry" if action == "retry" else "delete"]
 
 
-def start_bulk(action, state, queue, user):
-    """Start retrying or deleting every task of a queue's list; False if already running."""
+def start_bulk(action, state, queue, user, with_cancelled=False):
+    """Start retrying or deleting every task of a queue's list; False if already running. A
+    retry leaves cancelled tasks failed unless ``with_cancelled``."""
     started = get_client().protocol.bulk_start(bulk_job_id(action, state, queue), action, queue,
-                                               state, user.get_username(), BULK_KEEP)
+                                               state, user.get_username(), BULK_KEEP,
+                                               with_cancelled)
     if started:
         logger.info("%s: started bulk job: %s every %s task of queue %s", user.get_username(),
                     action, state, queue)
@@ -194,22 +194,24 @@ def stop_bulk(action, state, queue, user):
 
 def advance_bulk_jobs(client=None, budget=BULK_BUDGET):
     """Advance every running bulk job, for up to ``budget`` seconds in all, so jobs finish
-    with no page open. One round trip to find them (a HGET per queue and kind of job).
-    Returns the number of running jobs found. Meant to be called by the reaper's loop."""
+    with no page open. One SMEMBERS finds them (the set of running jobs, whatever the number
+    of queues). Returns the number of running jobs found. Meant for the reaper's loop."""
     client = client or get_client()
-    queues = client.queue_names()
-    jobs = [(action, state, queue) for queue in queues for action, state in BULK_ACTIONS]
-    if not jobs:
+    try:
+        found = client.protocol.running_bulk_jobs()
+    except redis.ResponseError as exc:  # someone wrote the set with another type
+        logger.warning("bulk jobs not advanced: %s", exc)
         return 0
-    with client.redis.pipeline(transaction=False) as pipe:
-        for action, state, queue in jobs:
-            pipe.hget(client.keys.bulk_job(bulk_job_id(action, state, queue)), "status")
-        running = [job for job, status in zip(jobs, pipe.execute(), strict=True)
-                   if status == "running"]
+    running = [job for job in (tuple(job_id.split("_", 2)) for job_id in sorted(found))
+               if len(job) == 3 and job[:2] in BULK_ACTIONS and k.valid_name(job[2])]
     deadline = time.monotonic() + budget
     for action, state, queue in running:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        step_bulk(action, state, queue, left, client)
+        try:
+            step_bulk(action, state, queue, left, client)
+        except redis.ResponseError as exc:  # a key of the wrong type: the others go on
+            logger.warning("bulk job %s not advanced: %s", bulk_job_id(action, state, queue),
+                           exc)
     return len(running)

@@ -1,7 +1,10 @@
-"""The Blueque admin pages. Mount them beside the admin, before it::
+"""The Blueque admin pages. The admin site serves them (admin.py) at
+``/admin/django_blueque/queue/``: no URL step is needed.
 
-    path("admin/blueque/", include("django_blueque.urls")),
-    path("admin/", admin.site.urls),
+Projects that mounted them themselves keep working: ``include("django_blueque.urls")`` serves
+the same pages at its own path, if it comes before ``admin.site.urls`` (whose catch-all
+answers 404 for everything below ``admin/``; the system check blueque.W001 says so). Links
+always go to the admin site's URLs.
 
 Queue names go in query strings (a queue name may hold any character but a space)."""
 
@@ -10,7 +13,7 @@ from django.urls import path
 from . import views
 
 app_name = "blueque"
-urlpatterns = [
+pages = [
     path("", views.dashboard, name="dashboard"),
     path("queue/", views.queue, name="queue"),
     path("listeners/", views.listeners, name="listeners"),
@@ -26,3 +29,4 @@ urlpatterns = [
     path("metrics/", views.metrics, name="metrics"),
     path("metrics.json", views.metrics_json, name="metrics_json"),
 ]
+urlpatterns = pages

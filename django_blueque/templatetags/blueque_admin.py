@@ -2,29 +2,42 @@
 
 import datetime
 import functools
+import json
+import math
 import time
 from html import escape
 from urllib.parse import quote, urlencode
 
 from django import template
 from django.conf import settings
-from django.urls import NoReverseMatch, get_script_prefix, get_urlconf, reverse
+from django.urls import NoReverseMatch, get_script_prefix, get_urlconf
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.safestring import mark_safe
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
+
+from ..core.keys import CANCELLED_TYPES
+from ..mount import page_url
 
 register = template.Library()
 
 
 @functools.lru_cache(maxsize=64)
 def _reverse(name, args, prefix, urlconf):
-    return reverse(name, args=args, urlconf=urlconf)
+    return page_url(name, args=args)
 
 
 def _path(name, args=()):
     """reverse(), cached: a page links to dozens of pages, and each reverse() walks the
     resolver. The cache key holds everything the result depends on."""
     return _reverse(name, args, get_script_prefix(), get_urlconf() or settings.ROOT_URLCONF)
+
+
+@register.simple_tag
+def bq_url(name, *args):
+    """{% url %} for a Blueque page, on the mount the user is on (see mount.py)."""
+    return _path(name, args)
+
 
 PATH_SAFE = "!$&'()*+,;=~:@"
 """What reverse() leaves unquoted in a path segment (RFC 3986 sub-delimiters, ~ : @)."""
@@ -41,6 +54,8 @@ def _times():
 
     def duration(seconds):
         seconds = abs(float(seconds))
+        if not math.isfinite(seconds):  # a time nobody could have written (inf, nan)
+            return "—"
         if seconds < 10:
             return units[0] % {"s": seconds}
         whole = int(seconds)
@@ -66,6 +81,8 @@ def _times():
             delta = now - float(value)
         except (TypeError, ValueError):
             return ""
+        if not math.isfinite(delta):
+            return ""
         return (ago if delta >= 0 else ahead) % {"duration": duration(delta)}
 
     return moment, age, duration
@@ -90,12 +107,69 @@ def bq_ago(value):
 
 
 @register.filter
+def bq_seconds_ago(seconds):
+    """An age in seconds as '3 min 5 s ago' ('—' when unknown)."""
+    if seconds is None:
+        return "—"
+    return gettext("%(duration)s ago") % {"duration": _times()[2](seconds)}
+
+
+@register.filter
+def bq_listener_summary(queue):
+    """'2 live, 1 stale, 1 blueque 1.0' for a queue's listeners."""
+    parts = [ngettext("%(count)d live", "%(count)d live", len(queue.live))
+             % {"count": len(queue.live)}]
+    if queue.stale:
+        parts.append(ngettext("%(count)d stale", "%(count)d stale", len(queue.stale))
+                     % {"count": len(queue.stale)})
+    if queue.v1:
+        parts.append(ngettext("%(count)d blueque 1.0", "%(count)d blueque 1.0", len(queue.v1))
+                     % {"count": len(queue.v1)})
+    return ", ".join(parts)
+
+
+@register.filter
+def bq_ended(queue):
+    """'12 complete, 3 failed' over the last hour."""
+    complete, failed = queue.ended_last_hour
+    return ", ".join((ngettext("%(count)d complete", "%(count)d complete", complete)
+                      % {"count": complete},
+                      ngettext("%(count)d failed", "%(count)d failed", failed)
+                      % {"count": failed}))
+
+
+@register.simple_tag
+def bq_live(value, *key):
+    """``value`` in a span the page's script refreshes, under the ``data-bq-live`` key made
+    of the other arguments (see views/live.py)."""
+    return format_html('<span data-bq-live="{}">{}</span>', " ".join(map(str, key)), value)
+
+
+@register.filter
+def bq_live_in(value, key):
+    """bq_live as a filter, for a value inside a translated sentence."""
+    return bq_live(value, key)
+
+
+@register.filter
+def bq_json(value):
+    """A value as JSON, for a data- attribute (the template escapes it)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+@register.filter
+def bq_join(values):
+    """A list as 'a, b, c'."""
+    return ", ".join(str(value) for value in values)
+
+
+@register.filter
 def bq_task_url(task_id):
     """The task page's URL; through the find page for an id no path can hold (a '/')."""
     try:
-        return reverse("blueque:task", args=[task_id])
+        return page_url("blueque:task", args=[task_id])
     except NoReverseMatch:
-        return f"{reverse('blueque:find')}?{urlencode({'id': task_id})}"
+        return f"{page_url('blueque:find')}?{urlencode({'id': task_id})}"
 
 
 def _task_urls():
@@ -118,6 +192,7 @@ def bq_task_rows(tasks, state, selectable):
     url = _task_urls()
     moment, age, _duration = _times()
     select, missing = gettext("Select task %(id)s"), gettext("(no task)")
+    cancelled = escape(gettext("cancelled"))
     running = state in ("reserved", "started")
     finished = state in ("complete", "failed")
     rows = []
@@ -155,7 +230,10 @@ def bq_task_rows(tasks, state, selectable):
             attempts += f"/{retries + 1}"
         cells.append(f'<td class="num">{attempts}</td><td><code class="blueque-preview">'
                      f'{escape(get("parameters") or "")}</code></td>')
-        if state == "failed":
+        if state == "failed" and get("error_type") in CANCELLED_TYPES:
+            cells.append(f'<td><span class="blueque-badge blueque-cancelled">{cancelled}</span>'
+                         f"</td>")
+        elif state == "failed":
             error = get("error") or ""
             if get("error_type"):
                 error = f"{get('error_type')}: {error}"

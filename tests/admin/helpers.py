@@ -32,11 +32,12 @@ def run(client, queue, outcome, value, listener="node-1_4242", pid=4343, traceba
     """Run the oldest pending task of ``queue`` to ``outcome`` as our listener would."""
     client.protocol.heartbeat(listener, [queue], {"host": "node-1", "pid": 4242})
     token = "token"
-    task_id, _timeout = client.protocol.reserve(queue, listener, token)
+    task_id = client.protocol.reserve(queue, listener, token)[0]
     client.protocol.start(queue, task_id, listener, pid, token)
-    assert client.protocol.finish(queue, task_id, listener, pid, token, outcome, value,
-                                  "builtins.RuntimeError" if outcome == "failed" else "",
-                                  traceback, retryable=False) == outcome
+    assert client.protocol.finish(
+        queue, task_id, listener_id=listener, pid=pid, token=token, outcome=outcome,
+        value=value, error_type="builtins.RuntimeError" if outcome == "failed" else "",
+        traceback=traceback, retryable=False) == outcome
     return task_id
 
 

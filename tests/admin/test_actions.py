@@ -48,7 +48,7 @@ def test_retry_a_failed_task(admin, blueque, admin_log, r):
     assert task.status == "pending" and task.error is None and task.last_error == "boom"
     assert r.lrange("blueque_failed_tasks_q", 0, -1) == []
     assert r.lrange("blueque_pending_tasks_q", 0, -1) == [other, task_id]  # taken next
-    assert messages_of(response) == ["Retried 1 task: it is back in its queue."]
+    assert messages_of(response) == ["Retried 1 task: it went back to its queue."]
     assert logged(admin_log) == [f"root: retry task {task_id} of queue q (was failed)"]
 
 
@@ -59,7 +59,7 @@ def test_retry_selected_leaves_the_others_alone(admin, blueque):
     assert [blueque.get_task(task_id).status for task_id in failed] == ["pending", "pending"]
     assert blueque.get_task(done).status == "complete"
     assert messages_of(response) == [
-        "Retried 2 tasks: they are back in their queue.",
+        "Retried 2 tasks: they went back to their queue.",
         "2 tasks were left alone: their status does not allow it (any more)."]
 
 

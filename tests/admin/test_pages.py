@@ -156,7 +156,7 @@ def test_task_page_of_a_running_task_has_a_progress_bar_and_follows_it(admin, bl
     response = admin.get(url(f"tasks/{task_id}/"))
     page = body(response)
     assert '<progress max="100" value="42.5"' in page and "frame 425 of 1000" in page
-    assert f'data-bq-progress-url="/admin/blueque/tasks/{task_id}/progress/"' in page
+    assert f'data-bq-live-url="/admin/blueque/tasks/{task_id}/?live=1"' in page
     assert "held (renewed" in page
     progress = as_json(admin.get(url(f"tasks/{task_id}/progress/")))
     assert progress["status"] == "started" and progress["progress"] == 42.5

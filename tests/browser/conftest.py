@@ -46,8 +46,11 @@ def chromium():
     return CHROMIUM
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium):
+    """One browser per module: Playwright's sync API runs an event loop in this thread while it
+    is open, and Django's async_to_sync refuses to run beside one (the Tasks framework's async
+    tests would fail if a browser outlived the browser tests)."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)

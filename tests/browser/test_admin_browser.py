@@ -44,7 +44,7 @@ def test_operator_follows_a_long_task_then_retries_a_failed_one(page, site, shot
     page.wait_for_function(f"document.querySelector('#blueque-progress').value > {first}")
     second = progress_of(page)
     assert second > first
-    assert "step" in page.inner_text("[data-bq-field=message]")
+    assert "step" in page.inner_text("[data-bq-live=message]")
     shot(page, "03-task-progress-moved")
 
     page.goto(f"{site['url']}/admin/blueque/")

@@ -1,0 +1,307 @@
+"""What the admin pages show, as read from Redis by queries.Reader: listeners, queues with
+their counts, bulk jobs. Every number written by someone else is read leniently: a value that
+does not parse, or is not finite, reads as None (a page shows a dash, and metrics.json stays
+JSON: no Infinity, no NaN)."""
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from .core import keys as k
+from .core.protocol import HEARTBEAT_TTL
+
+STATES = (k.SCHEDULED, k.PENDING, k.RESERVED, k.STARTED, k.COMPLETE, k.FAILED)
+
+DISPLAY_CHARS = 1_000_000
+"""A text field longer than this is shown cut on the task page (the rest stays in Redis)."""
+
+
+def number(value):
+    """A finite float from what Redis holds, else None."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def throughput_hours(now):
+    """The hours (Unix time // 3600) whose throughput hashes cover the hour before ``now``."""
+    hour = int(now) // 3600
+    return (hour - 1, hour)
+
+
+def throughput(now, hashes):
+    """The last 60 minutes' ends of a queue, oldest first, as [minute's Unix time, complete,
+    failed], from the hashes of throughput_hours(now) (see keys.throughput)."""
+    minute = int(now) // 60
+    counts = {}
+    for hour, fields in zip(throughput_hours(now), hashes, strict=True):
+        for name, value in fields.items():
+            at, _sep, outcome = name.partition(":")
+            if at.isdigit() and outcome in (k.COMPLETE, k.FAILED):
+                counts[(hour * 60 + int(at), outcome)] = int(number(value) or 0)
+    return [[at * 60, counts.get((at, k.COMPLETE), 0), counts.get((at, k.FAILED), 0)]
+            for at in range(minute - 59, minute + 1)]
+
+
+@dataclass
+class Listener:
+    """A listener of one queue, as the listeners set, its heartbeat and its info hash say."""
+
+    id: str
+    queue: str
+    expires: float | None  # heartbeat expiry; None for a blueque 1.0 listener (no heartbeat)
+    now: float
+    info: dict = field(default_factory=dict)
+    held: int = 0
+    reserved: list = field(default_factory=list)
+    running: list = field(default_factory=list)
+
+    @property
+    def host(self):
+        return self.info.get("host") or (k.parse_listener_id(self.id) or (self.id, None))[0]
+
+    @property
+    def pid(self):
+        return self.info.get("pid") or (k.parse_listener_id(self.id) or (None, None))[1]
+
+    @property
+    def kind(self):
+        """'live', 'stale' (heartbeat expired: dead, waiting for the reaper) or 'v1'."""
+        if self.expires is None:
+            return "v1"
+        return "live" if self.expires >= self.now else "stale"
+
+    @property
+    def beat(self):
+        """Time of the last heartbeat: each beat pushes the expiry HEARTBEAT_TTL ahead (None
+        for an expiry no listener of ours writes, such as -inf)."""
+        if self.expires is not None:
+            return number(self.expires - HEARTBEAT_TTL)
+        return number(self.info.get("beat"))
+
+    @property
+    def heartbeat_age(self):
+        beat = self.beat
+        return None if beat is None else max(0.0, self.now - beat)
+
+
+@dataclass
+class ListenerGroup:
+    """One listener process with its registrations on several queues, shown once."""
+
+    members: list  # its Listener of each queue, in queue order
+
+    @property
+    def id(self):
+        return self.members[0].id
+
+    @property
+    def queues(self):
+        return [member.queue for member in self.members]
+
+    @property
+    def kind(self):
+        """'live' if any registration is, else 'stale' if any is, else 'v1'."""
+        kinds = {member.kind for member in self.members}
+        return "live" if "live" in kinds else "stale" if "stale" in kinds else "v1"
+
+    @property
+    def dead(self):
+        """Its registrations a requeue may release (not live)."""
+        return [member for member in self.members if member.kind != "live"]
+
+    @property
+    def heartbeat_age(self):
+        ages = [member.heartbeat_age for member in self.members
+                if member.heartbeat_age is not None]
+        return min(ages) if ages else None
+
+    @property
+    def held(self):
+        return sum(member.held for member in self.members)
+
+    @property
+    def running(self):
+        return [task for member in self.members for task in member.running]
+
+    @property
+    def reserved(self):
+        return [task for member in self.members for task in member.reserved]
+
+    @property
+    def host(self):
+        return self.members[0].host
+
+    @property
+    def pid(self):
+        return self.members[0].pid
+
+    @property
+    def info(self):
+        return self.members[0].info
+
+
+def group_listeners(listeners):
+    """The listeners of several queues as one ListenerGroup per listener id, by id."""
+    groups = {}
+    for listener in listeners:
+        groups.setdefault(listener.id, []).append(listener)
+    return [ListenerGroup(groups[listener_id]) for listener_id in sorted(groups)]
+
+
+@dataclass
+class BulkJob:
+    """A bulk action's progress, as recorded in Redis."""
+
+    action: str
+    state: str
+    queue: str
+    fields: dict
+
+    @property
+    def status(self):
+        return self.fields.get("status")
+
+    @property
+    def running(self):
+        return self.status == "running"
+
+    def number(self, name):
+        return int(number(self.fields.get(name)) or 0)
+
+    @property
+    def total(self):
+        return self.number("total")
+
+    @property
+    def processed(self):
+        return self.number("processed")
+
+    @property
+    def affected(self):
+        return self.number("affected")
+
+    @property
+    def percent(self):
+        return 100.0 if not self.total else min(100.0, 100.0 * self.processed / self.total)
+
+    def as_dict(self):
+        return {"action": self.action, "state": self.state, "queue": self.queue,
+                "status": self.status, "total": self.total, "processed": self.processed,
+                "affected": self.affected, "percent": round(self.percent, 1),
+                "user": self.fields.get("user"), "started": number(self.fields.get("started")),
+                "finished": number(self.fields.get("finished"))}
+
+
+@dataclass
+class QueueStats:
+    name: str
+    known: bool  # listed in blueque_queues (a registered queue may not be yet)
+    counts: dict
+    task: str | None = None  # name of the registered task, None for a foreign queue
+    oldest_pending: float | None = None  # when the oldest pending task became pending
+    listeners: list = field(default_factory=list)
+    jobs: list = field(default_factory=list)
+    now: float = 0.0
+    throughput: list = field(default_factory=list)  # see throughput()
+
+    @property
+    def ended_last_hour(self):
+        """(complete, failed) over the last hour."""
+        return (sum(minute[1] for minute in self.throughput),
+                sum(minute[2] for minute in self.throughput))
+
+    @property
+    def oldest_pending_age(self):
+        if self.oldest_pending is None:
+            return None
+        return max(0.0, self.now - self.oldest_pending)
+
+    def listeners_of(self, kind):
+        return [listener for listener in self.listeners if listener.kind == kind]
+
+    @property
+    def live(self):
+        return self.listeners_of("live")
+
+    @property
+    def stale(self):
+        return self.listeners_of("stale")
+
+    @property
+    def v1(self):
+        return self.listeners_of("v1")
+
+    @property
+    def count_list(self):
+        return [(state, self.counts[state]) for state in STATES]
+
+
+@dataclass
+class Overview:
+    """The queues of one dashboard page (or of the metrics), out of ``total`` known."""
+
+    now: float
+    queues: list
+    periodic: list
+    total: int = 0
+    page: int = 1
+    pages: int = 1
+    search: str = ""
+    searched_all: bool = True  # False when a search stopped before reading every name
+    unreadable: dict = field(default_factory=dict)  # key -> why it could not be read
+
+    @property
+    def listeners(self):
+        return [listener for queue in self.queues for listener in queue.listeners]
+
+    @property
+    def listener_groups(self):
+        return group_listeners(self.listeners)
+
+    @property
+    def active_queues(self):
+        """The queues with a task ended in the last hour (the throughput chart's)."""
+        return [queue for queue in self.queues if any(queue.ended_last_hour)]
+
+    def as_dict(self):
+        """The figures of metrics.json and ``bq_status --json``."""
+        return {
+            "time": self.now,
+            "queues_total": self.total, "page": self.page, "pages": self.pages,
+            "queues": [{
+                "name": queue.name, "task": queue.task,
+                "counts": queue.counts, "oldest_pending_age": queue.oldest_pending_age,
+                "listeners": {"live": len(queue.live), "stale": len(queue.stale),
+                              "v1": len(queue.v1)},
+                "bulk_jobs": [job.as_dict() for job in queue.jobs],
+                "last_hour": dict(zip(("complete", "failed"), queue.ended_last_hour,
+                                      strict=True)),
+            } for queue in self.queues],
+            "listeners": [{
+                "id": listener.id, "queue": listener.queue, "host": listener.host,
+                "pid": listener.pid, "state": listener.kind,
+                "heartbeat_age": listener.heartbeat_age, "held": listener.held,
+            } for listener in self.listeners],
+            "periodic": self.periodic,
+            "unreadable": [f"{key}: {why}" for key, why in self.unreadable.items()],
+        }
+
+
+def pretty(value):
+    """A field's text for display: JSON objects and arrays indented, anything else verbatim;
+    cut past DISPLAY_CHARS. Returns (text, is_json, characters left out)."""
+    if value is None:
+        return None, False, 0
+    text, is_json = value, False
+    if value[:1] in ("{", "[") and len(value) <= DISPLAY_CHARS:
+        try:
+            text = json.dumps(json.loads(value), indent=2, ensure_ascii=False)
+            is_json = True
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than Python's stack
+            text = value
+    if len(text) > DISPLAY_CHARS:
+        return text[:DISPLAY_CHARS], is_json, len(text) - DISPLAY_CHARS
+    return text, is_json, 0
