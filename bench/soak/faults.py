@@ -1,0 +1,334 @@
+"""The faults the soak injects, one at a time at seeded random moments. Each returns a line
+saying what it did; those that take a task from a live process record it (for the recovery
+time and the run-twice exemption), those that take Redis away record the outage."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import redis
+
+from .ledger import read_events
+from .servers import children_of, wait_for_ping, waiting_on_pipe
+
+LEASE = 15.0  # the engine's listener and task lease, which the long stops must outlast
+QUEUES = ("soak.short", "soak.sleep", "soak.eta", "soak.flaky", "soak.doomed")
+
+
+class Faults:
+    """The injector. ``soak`` is the run (see bench/soak.py): its rng, Redis set-up, supervised
+    listeners, side channel and the records the ledger reads."""
+
+    KINDS = ("listener_kill", "task_kill", "listener_term", "listener_hup", "listener_stop",
+             "redis_kill", "redis_stop", "client_kill", "redis_oom", "spare_kill", "node_kill",
+             "skewed_node_kill")
+    SENTINEL_KINDS = ("failover",)
+
+    def __init__(self, soak):
+        self.soak = soak
+        self.rng = soak.fault_rng
+
+    def kinds(self):
+        return self.KINDS + (self.SENTINEL_KINDS if self.soak.redis.sentinel else ())
+
+    def run(self, kind):
+        return getattr(self, kind)()
+
+    # -- listeners and their processes ---------------------------------------------------------
+
+    def _listeners(self, skewed=False):
+        return [p for p in self.soak.listeners if bool(p.skew) == skewed]
+
+    def _listener(self, skewed=False):
+        """A listener up for 5 s at least (one just restarted may not handle SIGHUP yet),
+        waiting a while for one."""
+        deadline = time.monotonic() + 15
+        while True:
+            settled = [p for p in self._listeners(skewed) if time.time() - p.runs[-1][1] > 5]
+            if settled or time.monotonic() > deadline:
+                return self.rng.choice(settled or self._listeners(skewed))
+            time.sleep(0.3)
+
+    def _reserved_unstarted(self, listener):
+        """Ids of tasks the listener holds reserved but has not started (a listener's info hash
+        names its pid; its reserved lists are found from its id)."""
+        keys = self.soak.keys
+        try:
+            client = self.soak.redis.admin()
+            ids = set()
+            for queue in QUEUES:
+                for listener_id in client.smembers(keys.listeners(queue)):
+                    if client.hget(keys.listener_info(listener_id), "pid") != str(listener.pid):
+                        continue
+                    for task_id in client.lrange(keys.reserved(queue, listener_id), 0, -1):
+                        if client.hget(keys.task(task_id), "status") == "reserved":
+                            ids.add(task_id)
+            client.close()
+            return ids
+        except redis.RedisError:
+            return set()
+
+    def _displace(self, task_ids, at):
+        with self.soak.lock:
+            self.soak.displaced.extend((at, task_id) for task_id in task_ids)
+
+    def listener_kill(self, skewed=False):
+        listener = self._listener(skewed)
+        held = self._reserved_unstarted(listener)
+        listener.expect_exit()
+        at = time.time()
+        self.soak.signalled[listener.pid] = at
+        os.kill(listener.pid, signal.SIGKILL)
+        self._displace(held, at)
+        return f"SIGKILL {listener.name} (pid {listener.pid}), {len(held)} reserved task(s)"
+
+    def node_kill(self, skewed=False):
+        """A machine dies: SIGKILL the listener and every process it forked at once; its
+        running tasks are recovered from their leases alone."""
+        listener = self._await_long_runs(self._listeners(skewed))
+        held = self._reserved_unstarted(listener)
+        os.kill(listener.pid, signal.SIGSTOP)  # its children are listed before it dies
+        children = children_of(listener.pid)
+        running = self._running_tasks()
+        listener.expect_exit()
+        at = time.time()
+        self.soak.signalled[listener.pid] = at
+        for pid in [listener.pid, *children]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+        victims = [pid for pid in children if pid in running]
+        self._confirm_dead(children)
+        for pid in victims:
+            with self.soak.lock:
+                self.soak.killed.setdefault(running[pid], set()).add(pid)
+        self._displace(held | {running[pid] for pid in victims}, at)
+        return (f"SIGKILL {listener.name} (pid {listener.pid}) and its processes: "
+                f"{len(victims)} running task(s), {len(held)} reserved")
+
+    def skewed_node_kill(self):
+        return self.node_kill(skewed=True)
+
+    def listener_term(self):
+        listener = self._listener()
+        listener.expect_exit()
+        self.soak.signalled[listener.pid] = time.time()
+        os.kill(listener.pid, signal.SIGTERM)
+        return f"SIGTERM {listener.name} (pid {listener.pid})"
+
+    def listener_hup(self):
+        listener = self._listener()
+        os.kill(listener.pid, signal.SIGHUP)
+        return f"SIGHUP {listener.name} (pid {listener.pid})"
+
+    def _await_long_runs(self, listeners=None, timeout=15.0):
+        """Wait (a while) for a sleeping task to be running, so that a fault on leases meets
+        one; with ``listeners``, in a process of one of them, which is returned (a random one
+        if none runs one in time)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            sleeping = {pid for pid, task_id in self._running_tasks().items()
+                        if self.soak.kind_of(task_id) == "sleep"}
+            if listeners is None and sleeping:
+                return None
+            busy = [p for p in listeners or () if sleeping & set(children_of(p.pid))]
+            if busy:
+                return self.rng.choice(busy)
+            time.sleep(0.3)
+        return self._listener(bool(listeners[0].skew)) if listeners else None
+
+    def listener_stop(self):
+        listener = self._await_long_runs(self._listeners())
+        seconds = self.rng.uniform(LEASE + 2, LEASE + 7)
+        pid = listener.pid
+        held = self._reserved_unstarted(listener)
+        at = time.time()
+        os.kill(pid, signal.SIGSTOP)
+        self._displace(held, at)
+        time.sleep(seconds)
+        os.kill(pid, signal.SIGCONT)
+        self.soak.stops.append((pid, at, time.time()))
+        return f"SIGSTOP {listener.name} (pid {pid}) for {seconds:.1f} s, then SIGCONT"
+
+    def _running_tasks(self):
+        """{pid: task id} of task processes running now (a start and no end in the side
+        channel, and the process alive as a forked bq_listen)."""
+        running = {}
+        for event in read_events(self.soak.events_path):
+            if event.kind == "start":
+                running[(event.task_id, event.pid)] = event
+            else:
+                running.pop((event.task_id, event.pid), None)
+        alive = {}
+        for (task_id, pid), _ in running.items():
+            try:
+                if b"bq_listen" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    alive[pid] = task_id
+            except OSError:
+                continue
+        return alive
+
+    @staticmethod
+    def _confirm_dead(pids, timeout=2.0):
+        """The soak counts a killed process's task as killed: be sure it is (dead or a
+        zombie), or fail loudly as the harness's own error."""
+        deadline = time.monotonic() + timeout
+        for pid in pids:
+            while True:
+                try:
+                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    break
+                if state in ("Z", "X"):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"pid {pid} still runs after SIGKILL (state {state})")
+                time.sleep(0.02)
+
+    def _kill_task_process(self, pid, task_id):
+        at = time.time()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        self._confirm_dead([pid])
+        with self.soak.lock:
+            self.soak.killed.setdefault(task_id, set()).add(pid)
+        self._displace([task_id], at)
+        return True
+
+    def task_kill(self):
+        deadline = time.monotonic() + 15
+        while not (running := self._running_tasks()) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        if not running:
+            return "SIGKILL of a task process: none was running"
+        victims = self.rng.sample(sorted(running), min(len(running), self.rng.choice((1, 2))))
+        done = [f"{running[pid]} (pid {pid})" for pid in victims
+                if self._kill_task_process(pid, running[pid])]
+        return f"SIGKILL task process(es): {', '.join(done) or 'they had ended'}"
+
+    def spare_kill(self):
+        """SIGKILL a listener's idle pre-forked task process: a child of bq_listen sleeping on
+        its start pipe, with no start in the side channel."""
+        deadline = time.monotonic() + 30  # a busy listener has no spare: wait for a lull
+        while time.monotonic() < deadline:
+            known = {event.pid for event in read_events(self.soak.events_path)}
+            spares = [(pid, listener) for listener in self._listeners()
+                      for pid in children_of(listener.pid)
+                      if pid not in known and waiting_on_pipe(pid)]
+            if spares:
+                pid, listener = self.rng.choice(spares)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                time.sleep(1.0)  # had it just been handed a task? then that task was hit
+                started = [e.task_id for e in read_events(self.soak.events_path)
+                           if e.kind == "start" and e.pid == pid]
+                for task_id in started:
+                    with self.soak.lock:
+                        self.soak.killed.setdefault(task_id, set()).add(pid)
+                    self._displace([task_id], time.time() - 1.0)
+                return (f"SIGKILL the idle spare process (pid {pid}) of {listener.name}"
+                        + (f"; it had just taken task {started[0]}" if started else ""))
+            time.sleep(0.3)
+        return "SIGKILL of a spare process: no listener had one"
+
+    # -- Redis --------------------------------------------------------------------------------
+
+    def _outage(self, start):
+        with self.soak.lock:
+            self.soak.outages.append((start, time.time()))
+
+    def redis_kill(self):
+        self._await_long_runs()
+        server = self.soak.redis.primary()
+        role_args = self._role_args(server)
+        start = time.time()
+        server.kill()
+        down = self.rng.uniform(0.5, 3.0)
+        time.sleep(down)
+        server.args = role_args
+        server.start()
+        self._outage(start)
+        return (f"SIGKILL redis-server {server.name} (pid {server.pid}), restarted after "
+                f"{down:.1f} s, its AOF reloaded in {time.time() - start - down:.1f} s")
+
+    def _role_args(self, server):
+        """The arguments that restart a server in the role it has now (a Sentinel may have
+        changed it since it was started)."""
+        if not self.soak.redis.sentinel:
+            return []
+        try:
+            info = redis.Redis(port=server.port, socket_timeout=2,
+                               decode_responses=True).info("replication")
+        except redis.RedisError:
+            return server.args
+        if info.get("role") == "master":
+            return []
+        return ["--replicaof", str(info["master_host"]), str(info["master_port"])]
+
+    def _await_replica_in_sync(self, primary, timeout=30.0):
+        """Fail over only to a replica that is online and caught up: a write a replica never
+        got is lost by Redis's asynchronous replication, whatever the engine does."""
+        client = redis.Redis(port=primary.port, socket_timeout=5, decode_responses=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = client.info("replication")
+            replica = info.get("slave0") or {}
+            if replica.get("state") == "online" and int(replica.get("lag", 99)) <= 1:
+                break
+            time.sleep(0.2)
+        client.close()
+
+    def redis_stop(self):
+        self._await_long_runs()
+        server = self.soak.redis.primary()
+        seconds = self.rng.uniform(LEASE + 2, LEASE + 7)
+        start = time.time()
+        server.signal(signal.SIGSTOP)
+        time.sleep(seconds)
+        server.signal(signal.SIGCONT)
+        self._outage(start)
+        return f"SIGSTOP redis-server {server.name} for {seconds:.1f} s, then SIGCONT"
+
+    def client_kill(self):
+        client = self.soak.redis.admin()
+        killed = client.execute_command("CLIENT", "KILL", "TYPE", "normal")
+        client.close()
+        return f"CLIENT KILL TYPE normal: {killed} connection(s) closed"
+
+    def redis_oom(self):
+        self._await_long_runs()
+        seconds = self.rng.uniform(4.0, 8.0)
+        client = self.soak.redis.admin()
+        before = client.config_get("maxmemory*")
+        start = time.time()
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", "1")
+        time.sleep(seconds)
+        client.config_set("maxmemory", before["maxmemory"])
+        client.config_set("maxmemory-policy", before["maxmemory-policy"])
+        client.close()
+        self._outage(start)
+        return f"writes refused (maxmemory 1, noeviction) for {seconds:.1f} s"
+
+    def failover(self):
+        self._await_long_runs()
+        old = self.soak.redis.primary()
+        self._await_replica_in_sync(old)
+        start = time.time()
+        sentinel = redis.Redis(port=self.soak.redis.sentinels[0].port, socket_timeout=5)
+        sentinel.execute_command("SENTINEL", "FAILOVER", self.soak.redis.SERVICE)
+        sentinel.close()
+        deadline = time.monotonic() + 60
+        while self.soak.redis.primary() is old and time.monotonic() < deadline:
+            time.sleep(0.2)
+        new = self.soak.redis.primary()
+        wait_for_ping(new.port)
+        self._outage(start)
+        return (f"SENTINEL FAILOVER: {old.name} -> {new.name} in {time.time() - start:.1f} s"
+                if new is not old else "SENTINEL FAILOVER: no new primary within 60 s")
