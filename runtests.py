@@ -13,18 +13,23 @@ Interpreters are looked for in pyenv (``$PYENV_ROOT`` or ``~/.pyenv/versions/``)
 environment still runs.
 
 System packages, installed with apt-get when missing and this is root on Debian (else it says
-what to install): ``redis-server`` (the tests' fixtures start private servers from it; nothing
-else is started here) and ``chromium`` (the browser tests drive it with Playwright; no browser
-is downloaded).
+what to install): ``python3.N-venv`` for a Python that lacks ensurepip (Debian's python3 alone
+cannot make virtualenvs), ``redis-server`` (the tests' fixtures start private servers from it;
+nothing else is started here) and ``chromium`` (the browser tests drive it with Playwright; no
+browser is downloaded).
 
 Order: install every environment, run ``ruff check .`` (fail fast), then pytest in each
 environment. To keep the whole run under 20 minutes on two cores, the browser tests run only in
 the newest-Django environment (the admin's templates are what changes between Django versions)
 and the blueque 1.0 interop tests only in the Python 3.11 one (blueque 1.0's users are on the
-older Pythons, and the interop venv is built with that interpreter); with a single environment
-everything runs there. ``BLUEQUE_URL`` is removed from the tests' environment so that no test
-can reach a Redis it did not start; ``BLUEQUE_TEST_REDIS_URL`` is the explicit way to give one
-(its database is flushed).
+older Pythons, and the interop venv is built with that interpreter), as are the minutes-long
+fault scenarios (``soak``: the short soak and the Sentinel failovers; the engine under them does
+not depend on Django's version); with a single environment everything runs there. The
+documentation (the ``docs`` extra: Sphinx) is installed and built (the ``docs`` tests) in the
+last environment only, the one that runs the browser tests.
+``BLUEQUE_URL`` is removed from the tests' environment so that no test can reach a Redis it
+did not start; ``BLUEQUE_TEST_REDIS_URL`` is the explicit way to give one (its database is
+flushed).
 
 Exit status: 0 only if every environment's pytest exited 0 (pytest's 5, "no tests ran", is a
 failure). JUnit XML reports go to ``test-artifacts/``.
@@ -51,8 +56,10 @@ REPO = Path(__file__).resolve().parent
 ARTIFACTS = REPO / "test-artifacts"
 PER_TEST_TIMEOUT = 600  # seconds, pytest-timeout: a hung test fails instead of hanging CI
 BROWSER_MARK = "browser"
+DOCS_MARK = "docs"
 INTEROP_MARK = "interop"
 SLOW_MARK = "slow"
+SOAK_MARK = "soak"
 
 
 def say(message=""):
@@ -87,8 +94,30 @@ def interpreter_version(python):
     return tuple(int(x) for x in done.stdout.split())
 
 
+def lacks_venv(python, minor):
+    """True when ``python`` is a Python 3.<minor> without venv/ensurepip (Debian splits them
+    into python3.<minor>-venv): it is there, and unusable until that package is installed."""
+    try:
+        done = subprocess.run([str(python), "-c", "import sys; print(*sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.stdout.split() == ["3", str(minor)] and interpreter_version(python) is None
+
+
+def install_venv(python, minor):
+    """Install python3.<minor>-venv when root on Debian; else a Failure saying exactly that."""
+    package = f"python3.{minor}-venv"
+    if not Apt.possible():
+        raise Failure(f"{python} is Python 3.{minor} but cannot make virtualenvs (its "
+                      f"ensurepip is missing). Install it (Debian/Ubuntu, as root: apt-get "
+                      f"install {package}) and run again.")
+    Apt.install(package)
+
+
 def find_python(minor):
-    """The newest usable Python 3.<minor>: pyenv's, then python3.<minor> on PATH, then this."""
+    """The newest usable Python 3.<minor>: pyenv's, then python3.<minor> on PATH, then this.
+    One that lacks only venv/ensurepip gets it installed (or a Failure says what to do)."""
     candidates = []
     roots = [os.environ.get("PYENV_ROOT"), str(Path.home() / ".pyenv")]
     for root in dict.fromkeys(r for r in roots if r):
@@ -107,6 +136,11 @@ def find_python(minor):
     for path in candidates:
         if interpreter_version(path) == (3, minor):
             return Path(path)
+    for path in candidates:
+        if lacks_venv(path, minor):
+            install_venv(path, minor)
+            if interpreter_version(path) == (3, minor):
+                return Path(path)
     return None
 
 
@@ -147,6 +181,7 @@ class Env:
         self.dir = REPO / f".venv-test-{self.key}"
         self.python = self.dir / "bin" / "python"
         self.stamp = self.dir / ".runtests-installed"
+        self.extras = "test"
         self.markexpr = None
         self.seconds = None
         self.counts = None
@@ -158,6 +193,7 @@ class Env:
             path = REPO / name
             digest.update(path.read_bytes() if path.exists() else b"")
         digest.update(self.django_requirement.encode())
+        digest.update(self.extras.encode())
         digest.update(str(self.base_python).encode())
         return digest.hexdigest()
 
@@ -182,9 +218,10 @@ class Env:
                 [str(self.python), "-c", "pass"], capture_output=True).returncode != 0:
             say(f"{self.key}: creating {self.dir.name} with {self.base_python}")
             run([self.base_python, "-m", "venv", "--clear", self.dir], "creating a virtualenv")
-        say(f"{self.key}: installing -e .[test] and {self.django_requirement}")
+        say(f"{self.key}: installing -e .[{self.extras}] and {self.django_requirement}")
         run([self.python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-             "-q", "-e", f"{REPO}[test]", self.django_requirement], f"pip install ({self.key})")
+             "-q", "-e", f"{REPO}[{self.extras}]", self.django_requirement],
+            f"pip install ({self.key})")
         self.stamp.write_text(self.fingerprint())
         say(f"{self.key}: installed in {time.monotonic() - started:.0f} s")
 
@@ -205,15 +242,23 @@ def run(cmd, what, **kwargs):
     return done
 
 
+def find_python_or_say(minor):
+    try:
+        return find_python(minor)
+    except Failure as exc:
+        loud(str(exc))
+        return None
+
+
 def find_envs(only):
     envs = []
-    py311 = find_python(11)
+    py311 = find_python_or_say(11)
     if py311:
         envs.append(Env(py311, *pick_django(py311, 5, 2)))
     else:
         loud("NO PYTHON 3.11 FOUND (pyenv, python3.11 on PATH): the Python 3.11 + Django 5.2 "
              "environment is SKIPPED.")
-    newest = find_python(13) or find_python(12)
+    newest = find_python_or_say(13) or find_python_or_say(12)
     if newest:
         envs.append(Env(newest, *pick_django(newest, 6)))
     else:
@@ -294,8 +339,8 @@ def plan_markers(envs, fast, passthrough):
         envs[0].markexpr = f"not {SLOW_MARK} and not {BROWSER_MARK}"
         return
     if len(envs) > 1:
-        envs[0].markexpr = f"not {BROWSER_MARK}"
-        envs[-1].markexpr = f"not {INTEROP_MARK}"
+        envs[0].markexpr = f"not {BROWSER_MARK} and not {DOCS_MARK}"
+        envs[-1].markexpr = f"not {INTEROP_MARK} and not {SOAK_MARK}"
 
 
 def junit_counts(path):
@@ -364,6 +409,7 @@ def main(argv=None):
         if args.fast:
             envs = envs[:1]
         plan_markers(envs, args.fast, passthrough)
+        envs[-1].extras = "test,docs"  # the environment that builds the documentation
         need_browser = not args.fast and not has_markexpr(passthrough)
         if not args.no_install:
             ensure_system_packages(need_browser)

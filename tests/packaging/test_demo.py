@@ -68,9 +68,10 @@ def running(pids):
 class Demo:
     """rundemo.py in a subprocess, its output collected by a thread."""
 
-    def __init__(self, tmp_path, *args):
+    def __init__(self, tmp_path, *args, env_extra=None):
         env = {k: v for k, v in os.environ.items()
                if k not in ("BLUEQUE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH")}
+        env.update(env_extra or {})
         self.process = subprocess.Popen(
             [sys.executable, str(REPO / "rundemo.py"), "--no-install", "--data",
              str(tmp_path / "demo-data"), "--port", str(free_port()), *args],

@@ -103,7 +103,7 @@ def test_wheel_metadata(dist):
     assert metadata["License-Expression"] == "Apache-2.0"
     assert any(n.endswith("/LICENSE") for n in licenses), licenses
     requires = metadata.get_all("Requires-Dist")
-    for requirement in ("Django>=5.2", "redis>=5.0.1", "django-redis", "croniter"):
+    for requirement in ("Django>=5.2", "redis>=5.3", "django-redis", "croniter"):
         assert any(r.startswith(requirement) and "extra ==" not in r for r in requires), (
             requirement, requires)
     classifiers = metadata.get_all("Classifier")
