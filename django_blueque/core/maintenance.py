@@ -321,7 +321,7 @@ class Reaper:
         """Expire the finished lists the expiring index says are due, after sweeping the
         window's queues into it."""
         protocol = self.client.protocol
-        lists = protocol.expiring_lists(LAPSED_BATCH)
+        lists = protocol.expiring_lists(LAPSED_BATCH, dry_run=self._dry_run)
         if self._dry_run:  # nothing written: the window's lists are looked at directly
             lists = set(lists) | {(status, queue) for queue in queues for status in k.FINISHED}
         elif queues:

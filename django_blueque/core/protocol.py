@@ -126,7 +126,12 @@ class Protocol(UpkeepOperations):
             task_id = self._write_task(pipe, queue, k.SCHEDULED, parameters, fields, task_id)
             pipe.zadd(self.keys.scheduled(queue), {task_id: eta})
             pipe.zadd(self.keys.due_queues, {queue: eta}, lt=True)
-            pipe.execute()
+            *written, indexed = pipe.execute(raise_on_error=False)
+        for reply in written:
+            if isinstance(reply, Exception):
+                raise reply
+        if isinstance(indexed, Exception):  # the task is written: the sweep will index it
+            self.broken_index(self.keys.due_queues, mend=False)
         return task_id
 
     # -- listeners -------------------------------------------------------------------------

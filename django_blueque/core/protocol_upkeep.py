@@ -7,7 +7,12 @@ A pass reads the indexes' due entries only, and the sweep reads a bounded window
 its cost follows what is due or lapsed, never what is stored.
 """
 
+import logging
 import time
+
+import redis
+
+logger = logging.getLogger("django_blueque.reaper")
 
 LAPSED_BATCH = 1000
 """Most lapsed leases (or listener heartbeats) one reaper pass reads from an index."""
@@ -48,9 +53,37 @@ class UpkeepOperations:
 
     def due_queues(self, limit):
         """The queues of the due index whose earliest eta has come (Redis's clock)."""
+        return self._come(self.keys.due_queues, limit)
+
+    def _come(self, index, limit, dry_run=False):
+        """The members of an index whose score has come on Redis's clock."""
         seconds, micros = self.redis.time()
-        return self.redis.zrangebyscore(self.keys.due_queues, "-inf",
-                                        seconds + micros / 1e6, start=0, num=limit)
+        return self._read_index(index, lambda: self.redis.zrangebyscore(
+            index, "-inf", seconds + micros / 1e6, start=0, num=limit), dry_run)
+
+    def _read_index(self, index, read, dry_run=False):
+        """``read()`` of one of our indexes, or [] when the index holds something else than a
+        sorted set (someone else wrote it). The index is derived data, shared by every queue:
+        left broken, it would hide every queue's due tasks or lapsed leases for good, so it is
+        deleted (not in a dry run), with an error logged, and the sweep builds it again."""
+        try:
+            return read()
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+        self.broken_index(index, mend=not dry_run)
+        return []
+
+    def broken_index(self, index, mend):
+        """Log an index that holds something else than a sorted set; with ``mend``, delete
+        it."""
+        kind = self.redis.type(index)
+        if kind in ("zset", "none"):
+            return  # mended meanwhile
+        logger.error("index %s holds a %s, not a sorted set (not written by django_blueque)%s",
+                     index, kind, ": deleted; the sweep builds it again" if mend else "")
+        if mend:
+            self.redis.delete(index)
 
     def expire_finished(self, queue, status, default_retention=None, batch=EXPIRY_WINDOW,
                         dry_run=False):
@@ -61,28 +94,28 @@ class UpkeepOperations:
             args=[self._task_prefix, f"{status} {queue}", _optional(default_retention), batch,
                   "1" if dry_run else "0"])
 
-    def expiring_lists(self, limit):
+    def expiring_lists(self, limit, dry_run=False):
         """``[(status, queue)]`` of the expiring index whose earliest expiry has come."""
-        seconds, micros = self.redis.time()
-        entries = self.redis.zrangebyscore(self.keys.expiring_queues, "-inf",
-                                           seconds + micros / 1e6, start=0, num=limit)
+        entries = self._come(self.keys.expiring_queues, limit, dry_run)
         return [tuple(entry.split(" ", 1)) for entry in entries if " " in entry]
 
     def lapsed_leases(self, limit=LAPSED_BATCH, dry_run=False):
         """``[(task id, queue, listener id, pid, token)]`` of the lease index whose lease
         has lapsed (see lapsed_leases.lua, which also tidies the index)."""
-        return [tuple(entry) for entry in self.script("lapsed_leases")(
-            keys=[self.keys.lease_expiries],
-            args=[self._task_prefix, self.keys.lease(""), limit, "1" if dry_run else "0"])]
+        index = self.keys.lease_expiries
+        return [tuple(entry) for entry in self._read_index(index, lambda: self.script(
+            "lapsed_leases")(keys=[index], args=[self._task_prefix, self.keys.lease(""), limit,
+                                                 "1" if dry_run else "0"]), dry_run)]
 
     def lapsed_listeners(self, limit=LAPSED_BATCH, dry_run=False):
         """``[(queue, listener id, heartbeat expiry or None)]`` of the listener index whose
         heartbeat has lapsed (see lapsed_listeners.lua, which also tidies the index)."""
+        index = self.keys.listener_expiries
         return [(queue, listener, float(expiry) if expiry else None)
-                for queue, listener, expiry in self.script("lapsed_listeners")(
-                    keys=[self.keys.listener_expiries],
-                    args=[self.keys.listeners(""), self.keys.listener_leases(""), limit,
-                          "1" if dry_run else "0"])]
+                for queue, listener, expiry in self._read_index(index, lambda: self.script(
+                    "lapsed_listeners")(keys=[index], args=[
+                        self.keys.listeners(""), self.keys.listener_leases(""), limit,
+                        "1" if dry_run else "0"]), dry_run)]
 
     def index_queues(self, queues, retention=None):
         """The sweep's upkeep of the due and expiring indexes for ``queues`` (see

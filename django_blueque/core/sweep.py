@@ -37,8 +37,6 @@ def sweep_window(client, purpose):
     _sweep_starts[slot] = 0 if len(names) < SWEEP_QUEUES else start + SWEEP_QUEUES
     return names
 
-logger = logging.getLogger("django_blueque.reaper")
-
 
 def started_cursor(keys, queue):
     """Where the sweep of a queue's started set goes on (SSCAN cursor; 0: from the start)."""

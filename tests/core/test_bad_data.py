@@ -6,6 +6,7 @@ import json
 import logging
 import time
 
+import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -101,13 +102,45 @@ def test_an_id_pushed_before_its_hash_runs(client, r):
     assert task.status == "complete" and task.queue == "q"
 
 
+@pytest.mark.parametrize("kind", ["string", "hash"])
+def test_garbage_in_a_shared_index_stops_no_queue_and_is_mended(client, r, caplog, kind):
+    """The indexes (due queues, lease expiries, listener expiries, expiring lists) are shared
+    by every queue. Found by the property test below: a string there made every task's start
+    fail ("a key of its queue holds the wrong type"), every queue set aside, and a scheduler
+    pass raise WRONGTYPE; schedule() raised after writing the task. Now a task starts without
+    the index, schedule() returns its id, and the next scheduler and reaper passes delete the
+    garbage, with an error logged, so the sweep rebuilds the indexes."""
+    keys = client.keys
+    indexes = [keys.due_queues, keys.lease_expiries, keys.listener_expiries,
+               keys.expiring_queues]
+    for index in indexes:
+        write(r, index, (kind, {"x": "y"} if kind == "hash" else "junk"))
+    queue = client.get_queue("q")
+    task_id = queue.enqueue("now")
+    later = queue.schedule("later", time.time() + 0.5)
+    assert client.get_task(later).status == "scheduled"
+    with caplog.at_level(logging.ERROR, "django_blueque"):
+        drain(client)
+        time.sleep(0.6)
+        enqueue_due_tasks(client)
+        reap(client, confirm=0)
+    assert complete(client, task_id)
+    assert [r.type(index) for index in indexes].count(kind) == 0
+    assert "holds a %s, not a sorted set" % kind in caplog.text
+    enqueue_due_tasks(client)  # the sweep's window indexes the queue again, then moves it
+    drain(client)
+    assert complete(client, later)
+
+
 # -- anything, anywhere -----------------------------------------------------------------------
 
 def protocol_keys(keys, queue, task_ids, listener):
     return [keys.queues, keys.pending(queue), keys.scheduled(queue), keys.started(queue),
             keys.complete(queue), keys.failed(queue), keys.listeners(queue),
             keys.listener_leases(queue), keys.reserved(queue, listener),
-            *(keys.task(task_id) for task_id in task_ids), *(keys.lease(t) for t in task_ids)]
+            *(keys.task(task_id) for task_id in task_ids), *(keys.lease(t) for t in task_ids),
+            keys.due_queues, keys.lease_expiries, keys.listener_expiries, keys.expiring_queues,
+            keys.reaper_clock, keys.listener_info(listener), keys.cancels(listener)]
 
 
 VALUE = contents(["t1", "q", "other", "h~0_1"])
@@ -115,10 +148,10 @@ VALUE = contents(["t1", "q", "other", "h~0_1"])
 
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(garbage=st.lists(st.tuples(st.integers(0, 14), VALUE), min_size=1, max_size=8))
+@given(garbage=st.lists(st.tuples(st.integers(0, 21), VALUE), min_size=1, max_size=8))
 def test_garbage_in_any_protocol_key_never_escapes_a_pass(client, r, garbage):
-    """Random values of random types in the protocol keys and task fields of a queue holding
-    real tasks; then a listener pass, a scheduler pass and a reaper pass: no exception
+    """Random values of random types in the protocol keys, the indexes and task fields of a
+    queue holding real tasks; then a listener pass, a scheduler pass and a reaper pass: no exception
     escapes any of them, and the other queue's task still completes."""
     r.flushdb()
     real = client.get_queue("q").enqueue_many(["t1", "t2"])

@@ -3,13 +3,13 @@
 -- entry whose task is no longer started under a lease of ours (finished, reclaimed by a
 -- blueque 1.0 worker, gone) is removed; one whose lease key lives on (renewed by a process
 -- that does not keep the index) gets the lease key's expiry.
--- KEYS[1] lease index
+-- KEYS[1] lease index (a WRONGTYPE error when it is not a sorted set)
 -- ARGV[1] task key prefix, ARGV[2] lease key prefix, ARGV[3] most entries, ARGV[4] '1' for a
 -- dry run (nothing written)
 -- Returns {{id, queue, node, pid, token}, ...}.
 --#include common.lib
 if not usable(KEYS[1], 'zset') then
-  return {}
+  return redis.error_reply('WRONGTYPE the index ' .. KEYS[1] .. ' is not a sorted set')
 end
 local now, dry, lapsed = server_time(), ARGV[4] == '1', {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[3])) do

@@ -2,13 +2,13 @@
 -- reaper to watch; a pass costs what has lapsed, not what is registered. Upkeep on the way:
 -- an entry whose listener has left its queue's leases and listeners set is removed; one whose
 -- queue lease is later than the index says gets that expiry.
--- KEYS[1] listener index
+-- KEYS[1] listener index (a WRONGTYPE error when it is not a sorted set)
 -- ARGV[1] listeners-set key prefix, ARGV[2] listener-leases key prefix, ARGV[3] most entries,
 -- ARGV[4] '1' for a dry run (nothing written)
 -- Returns {{queue, listener id, heartbeat expiry or ''}, ...}.
 --#include common.lib
 if not usable(KEYS[1], 'zset') then
-  return {}
+  return redis.error_reply('WRONGTYPE the index ' .. KEYS[1] .. ' is not a sorted set')
 end
 local now, dry, lapsed = server_time(), ARGV[4] == '1', {}
 for _, entry in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[3])) do

@@ -5,7 +5,7 @@
 -- A task found 'pending' with this listener's node and token was reserved before its producer
 -- wrote its hash (see reserve): it is ours.
 -- KEYS[1] task, KEYS[2] started set, KEYS[3] lease key, KEYS[4] reserved list, KEYS[5] failed list,
--- KEYS[6] lease index (task id -> lease expiry)
+-- KEYS[6] lease index (task id -> lease expiry; skipped when it holds the wrong type)
 -- ARGV[1] task id, ARGV[2] started member "<listener> <pid> <id>", ARGV[3] pid, ARGV[4] token,
 -- ARGV[5] now, ARGV[6] lease ttl (ms), ARGV[7] listener id
 --#include common.lib
@@ -18,7 +18,7 @@ if not ours or state[2] ~= ARGV[4] then
   return 0
 end
 if not (usable(KEYS[2], 'set') and usable(KEYS[3], 'string') and usable(KEYS[4], 'list')
-        and usable(KEYS[5], 'list') and usable(KEYS[6], 'zset')) then
+        and usable(KEYS[5], 'list')) then
   return redis.error_reply('cannot start ' .. ARGV[1] .. ': a key of its queue holds the wrong type')
 end
 if state[3] then
@@ -34,5 +34,9 @@ redis.call('HSET', KEYS[1], 'status', 'started', 'pid', ARGV[3], 'updated', ARGV
            'attempts', number(state[5], 0) + 1)
 redis.call('HDEL', KEYS[1], 'progress', 'progress_message')
 redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[6])
-redis.call('ZADD', KEYS[6], server_time() + tonumber(ARGV[6]) / 1000, ARGV[1])
+-- the lease index is the reaper's shortcut, shared by every queue: garbage there must not stop
+-- them all (the reaper's sweep of the started sets finds what the index misses)
+if usable(KEYS[6], 'zset') then
+  redis.call('ZADD', KEYS[6], server_time() + tonumber(ARGV[6]) / 1000, ARGV[1])
+end
 return redis.call('HGETALL', KEYS[1])
