@@ -192,3 +192,31 @@ def test_sighup_restarts_the_listener_gracefully_with_fresh_code(manage, blueque
     listener.terminate()
     output, _ = listener.communicate(timeout=20)
     assert output.count("started on demo.long") == 2
+
+
+def test_bq_reap_and_bq_schedule_go_on_over_bad_data(manage, blueque, r):
+    """Issue 10: keys of the wrong type (for a queue in blueque_queues, and in the shared
+    indexes) made bq_reap, bq_schedule and bq_status exit with a traceback, the looping forms
+    included. As real processes: each --once exits 0, each loop keeps running and still does
+    its work for the healthy queue, and none prints a traceback."""
+    r.zadd("blueque_queues", {"broken": 0, "demo.report": 0})
+    for key in ("blueque_listeners_broken", "blueque_failed_tasks_broken",
+                "blueque_started_tasks_broken", "blueque_scheduled_tasks_broken",
+                "blueque_due_queues", "blueque_lease_expiries", "blueque_listener_expiries",
+                "blueque_expiring_queues"):
+        r.set(key, "garbage")
+    for args in (["bq_reap", "--once"], ["bq_schedule", "--once"], ["bq_status"]):
+        result = manage.run(*args)
+        assert result.returncode == 0, (args, result.stderr)
+        assert "Traceback" not in result.stdout + result.stderr, args
+    task_id = report.schedule(time.time() + 1, title="after the garbage")
+    reaper = manage.start("bq_reap", "--interval", "0.3")
+    scheduler = manage.start("bq_schedule", "--interval", "0.3")
+    wait_for(lambda: get_result(task_id).status == "pending", timeout=20,
+             message="the scheduler's loop moving the healthy queue's task")
+    time.sleep(1)
+    assert reaper.poll() is None and scheduler.poll() is None
+    for process in (reaper, scheduler):
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=15)
+        assert process.returncode == 0 and "Traceback" not in output, output
