@@ -13,6 +13,7 @@ import pytest
 
 from django_blueque.core import reap
 from django_blueque.core.protocol import HEARTBEAT_TTL, LEASE_TTL
+from tests.core.callbacks import RUNS_KEY
 from tests.core.helpers import REPO, wait_for
 
 HOST = socket.getfqdn()
@@ -123,7 +124,11 @@ def test_the_runner_recovers_what_its_dead_predecessors_left_on_this_host(
     queue = client.get_queue("q")
     survivor = queue.enqueue(json.dumps({"wait_for": "gate", "return": "survived"}))
     killed = start_runner("q", concurrency=1)
-    wait_for(lambda: r.hget(task_key(survivor), "status") == "started", 20, killed.describe)
+    # its code has begun (the callback's first act): "started" is written by the listener
+    # before it hands the task to its process, and a kill in between leaves a task that never
+    # ran, for the reaper (none here), not a running survivor
+    wait_for(lambda: any(json.loads(run)["id"] == survivor for run in r.lrange(RUNS_KEY, 0, -1)),
+             20, killed.describe)
     killed.popen.kill()
     killed.wait(10)
     reserved = queue.enqueue(json.dumps({"return": "recovered"}))
