@@ -15,7 +15,8 @@ environment still runs.
 System packages, installed with apt-get when missing and this is root on Debian (else it says
 what to install): ``python3.N-venv`` for a Python that lacks ensurepip (Debian's python3 alone
 cannot make virtualenvs), ``redis-server`` (the tests' fixtures start private servers from it;
-nothing else is started here) and ``chromium`` (the browser tests drive it with Playwright; no
+nothing else is started here), ``gettext`` (a test checks that the translation catalogs cover
+every marked string) and ``chromium`` (the browser tests drive it with Playwright; no
 browser is downloaded).
 
 Order: install every environment, run ``ruff check .`` (fail fast), then pytest in each
@@ -320,9 +321,16 @@ def ensure_system_packages(need_browser):
             loud("chromium is not installed and cannot be installed here (not root, or no "
                  "apt-get): the browser tests will fail. Install Debian's chromium, or skip "
                  "them with --fast or -- -m 'not browser'.")
+    if not shutil.which("msgmerge"):  # the check that the translation catalogs are complete
+        if Apt.possible():
+            Apt.install("gettext")
+        else:
+            loud("gettext is not installed and cannot be installed here (not root, or no "
+                 "apt-get): the test that the translations cover every string is skipped. "
+                 "Install Debian's gettext.")
     chromium = chromium_path()
     say(f"redis-server: {shutil.which('redis-server') or '(none)'}; chromium: "
-        f"{chromium or '(none)'}")
+        f"{chromium or '(none)'}; gettext: {shutil.which('msgmerge') or '(none)'}")
 
 
 # --- running --------------------------------------------------------------------------------

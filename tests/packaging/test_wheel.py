@@ -1,8 +1,9 @@
 """The wheel built from the repository: it holds everything the package needs (py.typed, the
-Lua scripts, the templates, the static files, every module), and, installed into a fresh
-virtualenv without the repository on the path, it works in a new Django project made with
-``django-admin startproject``: ``check``, ``migrate``, ``collectstatic``, a task run by
-``bq_listen --burst``, and the admin views rendered with their templates for a superuser.
+Lua scripts, the templates, the static files, the French and German translations compiled,
+every module), and, installed into a fresh virtualenv without the repository on the path, it
+works in a new Django project made with ``django-admin startproject``: ``check``, ``migrate``,
+``collectstatic``, a task run by ``bq_listen --burst``, and the admin views rendered with
+their templates for a superuser (in French too).
 
 Slow (it builds, makes a virtualenv and installs from the package index): skipped by
 ``runtests.py --fast``."""
@@ -80,6 +81,13 @@ def test_wheel_holds_typing_marker_lua_templates_and_static(wheel_names):
                          "django_blueque/locale/**/*")
     missing = sorted((lua | data) - wheel_names)
     assert not missing, f"missing from the wheel: {missing}"
+
+
+def test_wheel_holds_the_translations_compiled(wheel_names):
+    for lang in ("fr", "de"):
+        for suffix in ("po", "mo"):
+            name = f"django_blueque/locale/{lang}/LC_MESSAGES/django.{suffix}"
+            assert name in wheel_names, f"{name} is not in the wheel"
 
 
 def test_wheel_holds_every_module_and_nothing_else(wheel_names):
@@ -166,6 +174,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.test.utils import setup_test_environment
 from django.urls import reverse
+from django.utils import translation
 
 import django_blueque
 from django_blueque import get_result
@@ -195,8 +204,11 @@ for name, url in (("dashboard", "/admin/blueque/"),
                     if getattr(t, "origin", None) and t.origin.name],
         "html": response.content.decode(),
     }
+with translation.override("fr"):  # startproject has no LocaleMiddleware: the active language
+    french = client.get("/admin/blueque/").content.decode()
 print(json.dumps({
     "package": django_blueque.__file__,
+    "french": "Tableau de bord" in french and ">Rechercher<" in french,
     "status": result.status,
     "result": result.result,
     "anonymous": [anonymous.status_code, anonymous.get("Location", "")],
@@ -264,5 +276,6 @@ def test_wheel_works_in_a_new_project(site, redis_url):
         assert "admin/base_site.html" in page["templates"] or "admin/base.html" in \
             page["templates"], f"{name}: does not extend the admin's base"
     assert "wheel.add" in report["pages"]["dashboard"]["html"]
+    assert report["french"], "the dashboard is not in French: the .mo of the wheel unused?"
     assert task_id in report["pages"]["task"]["html"]
 
