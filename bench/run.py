@@ -1,4 +1,4 @@
-"""Benchmark our engine against blueque 1.0.1 and RQ, in one run against one private Redis.
+"""Benchmark our engine against blueque 1.0.1, RQ and huey, in one run against one private Redis.
 
     python bench/run.py [--quick] [--only NAME] [--json out.json]
 
@@ -45,6 +45,7 @@ SYSTEMS = [
     System("ours", "ours", "ours.py", None),
     System("blueque1", "blueque 1.0.1", "blueque1.py", "blueque==1.0.1"),
     System("rq", "rq", "rq_driver.py", "rq"),
+    System("huey", "huey (threads)", "huey_driver.py", "huey[redis]"),
 ]
 
 
