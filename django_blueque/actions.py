@@ -2,34 +2,21 @@
 reader understands), guarded against the task having moved on since the page was shown, and
 logged with the user who asked on the ``django_blueque.admin`` logger.
 
-Bulk actions on a whole list (retry all failed, delete all complete or failed) are jobs
-recorded in Redis and run in batches (see bulk_start.lua and bulk_step.lua): a request never
-runs one for longer than a fraction of a second, a job resumes from any process after an
-interruption, and tasks that arrive meanwhile are left alone. Whoever polls the job's page
-advances it, and so does :func:`advance_bulk_jobs`, meant for the reaper's loop.
+Bulk actions on a whole list (retry all failed, delete all complete or failed) are the engine's
+bulk jobs (core/bulk.py: recorded in Redis, run in batches, resumed from any process); this
+module adds who may run them and logs who started or stopped one.
 """
 
 import logging
-import time
 from dataclasses import dataclass
 
-import redis
 from django.utils.translation import gettext_lazy as _
 
 from .conf import get_client, get_settings
+from .core import bulk
 from .core import keys as k
 
 logger = logging.getLogger("django_blueque.admin")
-
-BULK_BATCH = 500
-"""Tasks per bulk step: one atomic script of a few milliseconds."""
-
-BULK_BUDGET = 0.25
-"""Seconds of bulk steps one request (or one reaper pass) runs at most."""
-
-BULK_ACTIONS = (("retry", k.FAILED), ("delete", k.FAILED), ("delete", k.COMPLETE))
-BULK_KEEP = 24 * 3600
-"""Seconds a finished bulk job's record stays readable."""
 
 PERMISSIONS = {
     "view": "django_blueque.view_tasks",
@@ -120,7 +107,7 @@ def run_task_action(action, states, user):
     done, skipped, deep = [], [], []
     username = user.get_username()
     for task_id, (status, queue) in states.items():
-        if not action.applies_to(status) or not queue or not k.valid_name(queue):
+        if not action.applies_to(status) or not k.valid_name(queue):
             skipped.append(task_id)
             continue
         outcome = action.run(client, task_id, queue, username)
@@ -148,13 +135,7 @@ def requeue_listener(queue, listener_id, user):
     return released
 
 
-# -- bulk jobs ------------------------------------------------------------------------------------
-
-def bulk_job_id(action, state, queue):
-    """One job per action, list and queue: starting it twice shows the running one. (Never
-    'running', which names the set of running jobs: see keys.bulk_running.)"""
-    return f"{action}_{state}_{queue}"
-
+# -- bulk jobs (the engine's: core/bulk.py) ------------------------------------------------------
 
 def bulk_permission(action):
     return PERMISSIONS["retry" if action == "retry" else "delete"]
@@ -163,55 +144,23 @@ def bulk_permission(action):
 def start_bulk(action, state, queue, user, with_cancelled=False):
     """Start retrying or deleting every task of a queue's list; False if already running. A
     retry leaves cancelled tasks failed unless ``with_cancelled``."""
-    started = get_client().protocol.bulk_start(bulk_job_id(action, state, queue), action, queue,
-                                               state, user.get_username(), BULK_KEEP,
-                                               with_cancelled)
+    started = bulk.start_job(get_client(), action, state, queue, user.get_username(),
+                             with_cancelled)
     if started:
         logger.info("%s: started bulk job: %s every %s task of queue %s", user.get_username(),
                     action, state, queue)
     return started
 
 
-def step_bulk(action, state, queue, budget=BULK_BUDGET, client=None):
+def step_bulk(action, state, queue, budget=bulk.BULK_BUDGET):
     """Run batches of a job for up to ``budget`` seconds; returns the step's
     (status, processed, total, affected)."""
-    client = client or get_client()
-    deadline = time.monotonic() + budget
-    while True:
-        reply = client.protocol.bulk_step(bulk_job_id(action, state, queue), queue, state,
-                                          BULK_BATCH, BULK_KEEP)
-        if reply[0] != "running" or time.monotonic() >= deadline:
-            return reply
+    return bulk.step_job(get_client(), action, state, queue, budget)
 
 
 def stop_bulk(action, state, queue, user):
-    stopped = get_client().protocol.bulk_stop(bulk_job_id(action, state, queue), BULK_KEEP)
+    stopped = bulk.stop_job(get_client(), action, state, queue)
     if stopped:
         logger.info("%s: stopped bulk job: %s every %s task of queue %s", user.get_username(),
                     action, state, queue)
     return stopped
-
-
-def advance_bulk_jobs(client=None, budget=BULK_BUDGET):
-    """Advance every running bulk job, for up to ``budget`` seconds in all, so jobs finish
-    with no page open. One SMEMBERS finds them (the set of running jobs, whatever the number
-    of queues). Returns the number of running jobs found. Meant for the reaper's loop."""
-    client = client or get_client()
-    try:
-        found = client.protocol.running_bulk_jobs()
-    except redis.ResponseError as exc:  # someone wrote the set with another type
-        logger.warning("bulk jobs not advanced: %s", exc)
-        return 0
-    running = [job for job in (tuple(job_id.split("_", 2)) for job_id in sorted(found))
-               if len(job) == 3 and job[:2] in BULK_ACTIONS and k.valid_name(job[2])]
-    deadline = time.monotonic() + budget
-    for action, state, queue in running:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        try:
-            step_bulk(action, state, queue, left, client)
-        except redis.ResponseError as exc:  # a key of the wrong type: the others go on
-            logger.warning("bulk job %s not advanced: %s", bulk_job_id(action, state, queue),
-                           exc)
-    return len(running)

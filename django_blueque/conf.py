@@ -55,7 +55,9 @@ class Problem:
     hint: str
 
 
-def _number(value, allow_none=False, integer=False):
+def _valid_number(value, allow_none=False, integer=False):
+    """Whether a setting's Python value is a finite number >= 0 (not a bool; a whole one with
+    ``integer``; None only with ``allow_none``). Settings are Python values, not strings."""
     if value is None:
         return allow_none
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -71,8 +73,8 @@ def _policy_problems(policy, where):
         if name not in policy:
             continue
         value = policy[name]
-        ok = _number(value, allow_none=name in ("TIMEOUT", "RETENTION"),
-                     integer=name == "RETRIES")
+        ok = _valid_number(value, allow_none=name in ("TIMEOUT", "RETENTION"),
+                           integer=name == "RETRIES")
         if not ok:
             kind = "a whole number >= 0" if name == "RETRIES" else "a number of seconds >= 0"
             if name in ("TIMEOUT", "RETENTION"):
@@ -157,12 +159,12 @@ def problems(raw=None):
             else:
                 found += _policy_problems(policy, where)
     for name in ("SCHEDULER_INTERVAL", "REAPER_INTERVAL", "KILL_GRACE"):
-        if name in raw and not (_number(raw[name]) and raw[name] > 0):
+        if name in raw and not (_valid_number(raw[name]) and raw[name] > 0):
             found.append(Problem("blueque.E011", f"BLUEQUE['{name}'] must be a number of "
                                  f"seconds > 0, not {raw[name]!r}.", "Leave it out for the "
                                  f"default, {DEFAULTS[name]}."))
     concurrency = raw.get("CONCURRENCY", 1)
-    if not (_number(concurrency, integer=True) and concurrency >= 1):
+    if not (_valid_number(concurrency, integer=True) and concurrency >= 1):
         found.append(Problem("blueque.E012", f"BLUEQUE['CONCURRENCY'] must be a whole number "
                              f">= 1, not {concurrency!r}.", "It is the default for "
                              "bq_listen --concurrency."))
@@ -170,11 +172,12 @@ def problems(raw=None):
         found.append(Problem("blueque.E013", "BLUEQUE['EAGER'] must be True or False.",
                              "Set it True in test settings to run tasks inline."))
     replicas = raw.get("WAIT_REPLICAS", 0)
-    if not _number(replicas, integer=True):
+    if not _valid_number(replicas, integer=True):
         found.append(Problem("blueque.E015", f"BLUEQUE['WAIT_REPLICAS'] must be a whole number "
                              f">= 0, not {replicas!r}.", "0 (the default) waits for no "
                              "replica; 1 makes a task's start and end wait for one."))
-    if "WAIT_TIMEOUT" in raw and not (_number(raw["WAIT_TIMEOUT"]) and raw["WAIT_TIMEOUT"] > 0):
+    wait_timeout = raw.get("WAIT_TIMEOUT")
+    if "WAIT_TIMEOUT" in raw and not (_valid_number(wait_timeout) and wait_timeout > 0):
         found.append(Problem("blueque.E015", f"BLUEQUE['WAIT_TIMEOUT'] must be a number of "
                              f"seconds > 0, not {raw['WAIT_TIMEOUT']!r}.", "Leave it out for "
                              f"the default, {DEFAULTS['WAIT_TIMEOUT']}."))

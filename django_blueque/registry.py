@@ -41,7 +41,8 @@ def registered_tasks():
     return dict(_registry)
 
 
-def get_task(queue):
+def task_for_queue(queue):
+    """The BluequeTask registered for ``queue`` (NotRegistered if none is)."""
     try:
         return _registry[queue]
     except KeyError:
@@ -271,7 +272,7 @@ def run_task(task):
     with fresh database connections (never one inherited across fork)."""
     running = current_task()
     queue = running.queue if running else task.queue  # the engine's: where it was taken from
-    registered = get_task(queue)
+    registered = task_for_queue(queue)
     if queue != task.queue:
         logger.warning("task %s: its hash names queue %r but it was taken from %r; running "
                        "%s", task.id, task.queue, queue, registered.name)

@@ -2,12 +2,12 @@
 
 import json
 import time
-import traceback
 
 from .conf import get_client, get_settings
 from .core import Task
 from .core.keys import FINISHED
 from .core.protocol import now
+from .core.values import error_fields
 
 _eager_tasks = {}
 
@@ -91,8 +91,6 @@ def record_eager(task, status, result=None, error=None):
     if status == "complete":
         fields["result"] = result
     else:
-        kind = type(error)
-        fields.update(error=str(error) or kind.__name__,
-                      error_type=f"{kind.__module__}.{kind.__qualname__}",
-                      traceback="".join(traceback.format_exception(error)))
+        fields.update(zip(("error", "error_type", "traceback"), error_fields(error),
+                          strict=True))
     _eager_tasks[task.id] = Task(task.id, fields)

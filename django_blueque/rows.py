@@ -4,25 +4,16 @@ does not parse, or is not finite, reads as None (a page shows a dash, and metric
 JSON: no Infinity, no NaN)."""
 
 import json
-import math
 from dataclasses import dataclass, field
 
 from .core import keys as k
 from .core.protocol import HEARTBEAT_TTL
+from .core.values import finite_number
 
 STATES = (k.SCHEDULED, k.PENDING, k.RESERVED, k.STARTED, k.COMPLETE, k.FAILED)
 
 DISPLAY_CHARS = 1_000_000
 """A text field longer than this is shown cut on the task page (the rest stays in Redis)."""
-
-
-def number(value):
-    """A finite float from what Redis holds, else None."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 def throughput_hours(now):
@@ -40,13 +31,13 @@ def throughput(now, hashes):
         for name, value in fields.items():
             at, _sep, outcome = name.partition(":")
             if at.isdigit() and outcome in (k.COMPLETE, k.FAILED):
-                counts[(hour * 60 + int(at), outcome)] = int(number(value) or 0)
+                counts[(hour * 60 + int(at), outcome)] = int(finite_number(value) or 0)
     return [[at * 60, counts.get((at, k.COMPLETE), 0), counts.get((at, k.FAILED), 0)]
             for at in range(minute - 59, minute + 1)]
 
 
 @dataclass
-class Listener:
+class ListenerRow:
     """A listener of one queue, as the listeners set, its heartbeat and its info hash say."""
 
     id: str
@@ -78,8 +69,8 @@ class Listener:
         """Time of the last heartbeat: each beat pushes the expiry HEARTBEAT_TTL ahead (None
         for an expiry no listener of ours writes, such as -inf)."""
         if self.expires is not None:
-            return number(self.expires - HEARTBEAT_TTL)
-        return number(self.info.get("beat"))
+            return finite_number(self.expires - HEARTBEAT_TTL)
+        return finite_number(self.info.get("beat"))
 
     @property
     def heartbeat_age(self):
@@ -91,7 +82,7 @@ class Listener:
 class ListenerGroup:
     """One listener process with its registrations on several queues, shown once."""
 
-    members: list  # its Listener of each queue, in queue order
+    members: list  # its ListenerRow of each queue, in queue order
 
     @property
     def id(self):
@@ -169,7 +160,7 @@ class BulkJob:
         return self.status == "running"
 
     def number(self, name):
-        return int(number(self.fields.get(name)) or 0)
+        return int(finite_number(self.fields.get(name)) or 0)
 
     @property
     def total(self):
@@ -191,8 +182,9 @@ class BulkJob:
         return {"action": self.action, "state": self.state, "queue": self.queue,
                 "status": self.status, "total": self.total, "processed": self.processed,
                 "affected": self.affected, "percent": round(self.percent, 1),
-                "user": self.fields.get("user"), "started": number(self.fields.get("started")),
-                "finished": number(self.fields.get("finished"))}
+                "user": self.fields.get("user"),
+                "started": finite_number(self.fields.get("started")),
+                "finished": finite_number(self.fields.get("finished"))}
 
 
 @dataclass

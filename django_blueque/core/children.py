@@ -15,7 +15,8 @@ import redis
 
 from . import keys as k
 from .outages import is_transient
-from .task_process import TaskProcess, encode_result, error_fields, parse_seconds
+from .task_process import TaskProcess, encode_result
+from .values import error_fields, positive_seconds
 
 logger = logging.getLogger("django_blueque.listener")
 task_logger = logging.getLogger("django_blueque.task")
@@ -94,7 +95,7 @@ class TaskProcesses:
             self._spare = None
         pid, write_end = self._spare or self._spawn()
         self._spare = None
-        timeout = parse_seconds(timeout) or self.policy(queue).get("timeout")
+        timeout = positive_seconds(timeout) or self.policy(queue).get("timeout")
         child = self.children[pid] = Child(pid, queue, task_id, token, timeout)
         try:
             started = self._protocol.start(queue, task_id, self.listener_id, pid, token)

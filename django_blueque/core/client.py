@@ -8,7 +8,6 @@ Additions are keyword arguments and extra attributes only.
 import datetime
 import logging
 import os
-import socket
 import threading
 import time
 import weakref
@@ -22,6 +21,7 @@ from .maintenance import process_running
 from .orphans import dead_local_listeners
 from .outages import Outage
 from .protocol import HEARTBEAT_TTL, LEASE_TTL, Protocol, check_wire_value, new_token
+from .values import parse_number
 
 logger = logging.getLogger("django_blueque.engine")
 
@@ -149,13 +149,6 @@ class Queue:
         return self._protocol.retry(self.name, task.id) == 1
 
 
-def _number(kind, value):
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        return None
-
-
 class Task:
     """A read-only view of a task hash, as blueque 1.0's: every field is a property (assigning
     one raises AttributeError), a missing field reads as None and an unknown task has status
@@ -182,9 +175,9 @@ class Task:
         if value is None:
             return None
         if name in self._INTS:
-            return _number(int, value)
+            return parse_number(value, int)
         if name in self._FLOATS:
-            return _number(float, value)
+            return parse_number(value, float)
         return value
 
     @property
@@ -211,7 +204,7 @@ class Listener:
         self._client = client
         self._protocol = client.protocol
         self.queue = Queue(client, queue_name).name
-        self.hostname = socket.getfqdn()
+        self.hostname = k.hostname()
         self.id = listener_id or f"{self.hostname}_{os.getpid()}"
         self._info = info or {"host": self.hostname, "pid": os.getpid(), "queues": self.queue}
         self._stopped = threading.Event()
@@ -325,8 +318,7 @@ class Processor:
         if self._token is None:
             # reserved by blueque 1.0: it has no token, so take one now.
             self._token = new_token()
-            self._protocol.redis.hset(self._protocol.keys.task(self._task_id),
-                                      "lease", self._token)
+            self._protocol.set_lease_token(self._task_id, self._token)
         started = self._protocol.start(self._queue, self._task_id, self._listener_id, pid,
                                        self._token)
         if not isinstance(started, dict):

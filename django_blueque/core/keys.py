@@ -5,8 +5,10 @@ builds them. Nothing else in the package builds a key string. The extension keys
 lease, cancel requests, listener info) are additions: a blueque 1.0 reader never looks at them.
 """
 
+import functools
 import re
 import secrets
+import socket
 
 DEFAULT_PREFIX = "blueque"
 
@@ -55,16 +57,26 @@ EXTENSION_FIELDS = (
 _SAFE_NAME = re.compile(r"^[^\s]+$")
 
 
-def valid_name(name):
+def valid_name(name, longest=None):
     """A queue name or task id usable in a key: non-empty, no whitespace (started-set members
-    are space-separated, so a space would make them ambiguous)."""
-    return isinstance(name, str) and bool(_SAFE_NAME.match(name))
+    are space-separated, so a space would make them ambiguous), and at most ``longest``
+    characters when given (the admin's bound on what a page looks up)."""
+    return isinstance(name, str) and bool(_SAFE_NAME.match(name)) and (
+        longest is None or len(name) <= longest)
 
 
 def _valid_pid(text):
     """A pid as written by someone else: ASCII digits, 1 .. 2**31 - 1 (a bigger number makes
     os.kill() raise OverflowError; 0 would mean the caller's own process group)."""
     return text.isascii() and text.isdigit() and len(text) <= 10 and 0 < int(text) < 2**31
+
+
+@functools.cache
+def hostname():
+    """This host's name, the host part of its listeners' ids and of what they report:
+    ``socket.getfqdn()`` (as blueque 1.0 names its listeners), asked once per process since it
+    may query the resolver."""
+    return socket.getfqdn()
 
 
 OUR_LISTENER_MARK = "~"

@@ -10,7 +10,6 @@ after pass, for what blueque 1.0 wrote (which keeps no index).
 
 import logging
 import os
-import socket
 import time
 from dataclasses import dataclass
 
@@ -100,7 +99,7 @@ class Reaper:
     def __init__(self, client, *, policy=None, hostname=None, confirm=CONFIRM_SECONDS):
         self.client = client
         self.policy = policy or (lambda queue: {})
-        self.hostname = hostname or socket.getfqdn()
+        self.hostname = hostname or k.hostname()
         self.confirm = confirm
         self._suspects = {}  # (kind, queue, name) -> Redis time first seen lapsed
         self._last_pass = None  # Redis time of the last pass that reached Redis

@@ -7,7 +7,6 @@ containers may share a host name; they, and the listeners of other hosts, are th
 """
 
 import os
-import socket
 
 from . import keys as k
 from .maintenance import process_running
@@ -23,7 +22,7 @@ def dead_local_listeners(client, queue, own_id):
     """Listeners of ``queue`` that blueque 1.0's rule finds dead: from this host and their pid
     not running. It holds for ours too: on its own host a pid tells at once what an expired
     heartbeat tells 15 s later."""
-    hostname = socket.getfqdn()
+    hostname = k.hostname()
     dead = []
     for listener_id in sorted(client.redis.smembers(client.keys.listeners(queue))):
         pid = local_pid(listener_id, hostname)

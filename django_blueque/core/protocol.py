@@ -202,6 +202,11 @@ class Protocol(UpkeepOperations):
 
     # -- task processes --------------------------------------------------------------------
 
+    def set_lease_token(self, task_id, token):
+        """HSET task lease <token>: a token for a task reserved by blueque 1.0 (which writes
+        none), so that its start and end are guarded like those of a task we reserved."""
+        self.redis.hset(self.keys.task(task_id), "lease", token)
+
     def start(self, queue, task_id, listener_id, pid, token, lease_ttl=LEASE_TTL):
         """MULTI; SADD started "L pid id"; HSET task status started pid P; EXEC, guarded by
         the reservation token and taking the task's lease. Returns the task's fields (go), 0

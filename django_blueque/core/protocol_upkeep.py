@@ -35,7 +35,34 @@ def _optional(value):
 
 
 class UpkeepOperations:
-    """Mixed into Protocol: uses its ``redis``, ``keys``, ``script`` and ``_task_prefix``."""
+    """Mixed into Protocol: uses its ``redis``, ``keys``, ``script``, ``_task_prefix`` and
+    ``enqueue``."""
+
+    def enqueue_periodic(self, queue, due, *, make_task):
+        """WATCH periodic; GET periodic; MULTI; SET periodic <due>; (enqueue's script); EXEC:
+        claim a periodic task's due time and enqueue its run in one transaction, so that one
+        scheduler enqueues it however many run. ``make_task()`` gives the run's (parameters,
+        policy fields); it is called only when the run is enqueued. Returns the enqueued ids;
+        [] when the due time was recorded without a run (the first time the task is seen);
+        None when the due time was already claimed (by an earlier pass or another scheduler).
+        """
+        key = self.keys.periodic(queue)
+        with self.redis.pipeline() as pipe:
+            try:
+                pipe.watch(key)
+                last = pipe.get(key)
+                if last is not None and float(last) >= due:
+                    return None
+                pipe.multi()
+                pipe.set(key, repr(due))
+                ids = []
+                if last is not None:
+                    parameters, extra = make_task()
+                    ids = self.enqueue(queue, [parameters], extra, pipe=pipe)
+                pipe.execute()
+            except redis.WatchError:
+                return None  # another scheduler claimed this due time
+        return ids
 
     def move_due(self, queue, batch=1000, by_caller_clock=False):
         """Move due scheduled tasks to the queue (blueque 1.0's enqueue_due_tasks, atomic):

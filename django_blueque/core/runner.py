@@ -29,7 +29,6 @@ import logging
 import os
 import select
 import signal
-import socket
 import time
 
 import redis
@@ -89,7 +88,7 @@ class ForkingRunner(TaskProcesses):
         self._heartbeat_interval = heartbeat_interval
         self._before_fork = before_fork
         self._on_task_end = on_task_end
-        self.listener_id = k.unique_listener_id(socket.getfqdn(), os.getpid())
+        self.listener_id = k.unique_listener_id(k.hostname(), os.getpid())
         self.children = {}
         self.tasks_taken = 0
         self.stopped_cleanly = True
@@ -109,7 +108,7 @@ class ForkingRunner(TaskProcesses):
     def run(self):
         """Listen until stopped (or drained in burst mode); returns True on a clean stop."""
         if k.parse_listener_id(self.listener_id)[1] != os.getpid():  # made before a fork
-            self.listener_id = k.unique_listener_id(socket.getfqdn(), os.getpid())
+            self.listener_id = k.unique_listener_id(k.hostname(), os.getpid())
         self._outage.who = f"listener {self.listener_id}"
         self._started_at = time.time()
         self._waiters = {queue: PendingWaiter(self._client, queue) for queue in self.queues}
@@ -228,7 +227,7 @@ class ForkingRunner(TaskProcesses):
     def _beat(self, current):
         """Renew the lease; write the info hash when it changed or after a (re-)registration,
         and collect cancellations while tasks run."""
-        info = {"host": socket.getfqdn(), "pid": os.getpid(), "queues": ",".join(self.queues),
+        info = {"host": k.hostname(), "pid": os.getpid(), "queues": ",".join(self.queues),
                 "concurrency": self.concurrency, "running": len(self.children),
                 "since": repr(self._started_at)}
         changed = info if info != self._sent_info else None

@@ -14,7 +14,6 @@ import random
 import signal
 import sys
 import time
-import traceback
 
 import redis
 
@@ -23,6 +22,7 @@ from .client import Task
 from .context import RunningTask, StopRequested, set_current_task
 from .lease import LeaseKeeper
 from .outages import Outage, is_transient
+from .values import error_fields, positive_seconds
 
 logger = logging.getLogger("django_blueque.task")
 
@@ -42,22 +42,6 @@ def encode_result(result):
     except (TypeError, ValueError) as exc:
         raise TypeError(f"the task returned a {type(result).__name__} that cannot be encoded "
                         f"as JSON: {exc}") from None
-
-
-def error_fields(exc):
-    """(message, qualified type, traceback) of an exception, for the task hash."""
-    kind = type(exc)
-    qualified = f"{kind.__module__}.{kind.__qualname__}"
-    return str(exc) or kind.__name__, qualified, traceback.format_exc()
-
-
-def parse_seconds(value):
-    """A positive number of seconds from a task field written by anyone, or None."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        return None
-    return seconds if 0 < seconds < float("inf") else None
 
 
 class TaskProcess:
@@ -100,7 +84,7 @@ class TaskProcess:
 
     def _run(self, queue, task, token, keeper, parent_pid):
         policy = self.policy(queue)
-        timeout = parse_seconds(task.fields.get("timeout")) or policy.get("timeout")
+        timeout = positive_seconds(task.fields.get("timeout")) or policy.get("timeout")
         running = RunningTask(self.protocol, task, token, timeout, queue)
         set_current_task(running)
         keeper.keep(running, parent_pid, own_process=True)

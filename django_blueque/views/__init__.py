@@ -1,5 +1,5 @@
-"""The Blueque admin pages: thin views over the read-only queries (queries.py) and the actions
-(actions.py), rendered inside the Django admin's look.
+"""The Blueque admin pages: thin views over the read-only queries (the queries package) and
+the actions (actions.py), rendered inside the Django admin's look.
 
 Staff only: anonymous users are sent to the admin login, users without the permission get a
 403. GET never changes anything; every action is a POST (CSRF-protected) that first renders a

@@ -13,12 +13,12 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 
 from .. import actions
-from ..actions import BULK_ACTIONS
 from ..conf import get_client
 from ..core import keys as k
 from ..core import protocol
+from ..core.bulk import BULK_ACTIONS
 from ..mount import page_url
-from ..queries import Reader, valid_name
+from ..queries import MAX_NAME, Reader
 from ..templatetags.blueque_admin import bq_queue_url
 from .common import admin_context, next_url, staff_view, task_url
 
@@ -71,7 +71,8 @@ def task_action(request):
     if not ids:
         messages.warning(request, _("No task was selected: nothing was done."))
         return redirect(back)
-    if len(ids) > MAX_SELECTED or not all(valid_name(task_id) for task_id in ids):
+    if len(ids) > MAX_SELECTED or not all(k.valid_name(task_id, longest=MAX_NAME)
+                                          for task_id in ids):
         return HttpResponseBadRequest(_("Malformed task ids."))
     states = Reader(get_client()).task_states(ids)
     if request.POST.get("confirm") != "yes":
@@ -110,7 +111,8 @@ def requeue_listener(request):
     """Release a dead listener: its unstarted tasks go back to the queue."""
     queue_name = request.POST.get("queue", "")
     listener_id = request.POST.get("listener", "")
-    if not valid_name(queue_name) or not valid_name(listener_id):
+    if not (k.valid_name(queue_name, longest=MAX_NAME)
+            and k.valid_name(listener_id, longest=MAX_NAME)):
         return HttpResponseBadRequest(_("Malformed queue or listener."))
     back = page_url("blueque:listeners")
     member, expires = Reader(get_client()).listener_state(queue_name, listener_id)
@@ -156,7 +158,7 @@ def _bulk_params(data):
     """(action, state, queue) of a bulk job named in a form or query string, else None."""
     action, state = data.get("action", ""), data.get("state", "")
     queue_name = data.get("queue", "")
-    if (action, state) not in BULK_ACTIONS or not valid_name(queue_name):
+    if (action, state) not in BULK_ACTIONS or not k.valid_name(queue_name, longest=MAX_NAME):
         return None
     return action, state, queue_name
 

@@ -11,12 +11,13 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET
 
 from .. import actions
-from ..actions import BULK_ACTIONS
 from ..conf import get_client
 from ..core import keys as k
+from ..core.bulk import BULK_ACTIONS
+from ..core.values import finite_number
 from ..mount import page_url
-from ..queries import MAX_NAME, TEXT_BYTES, TEXT_FIELDS, Reader, valid_name
-from ..rows import STATES, group_listeners, number, pretty
+from ..queries import MAX_NAME, TEXT_BYTES, TEXT_FIELDS, Reader
+from ..rows import STATES, group_listeners, pretty
 from ..templatetags.blueque_admin import bq_queue_url
 from . import live
 from .common import (
@@ -67,7 +68,7 @@ def queue(request):
     page = whole_number(request.GET.get("p"), 1)
     per_page = whole_number(request.GET.get("per_page"), PER_PAGE)
     cancelled = request.GET.get("cancelled", "")
-    if not valid_name(name) or state not in STATES or page is None or (
+    if not k.valid_name(name, longest=MAX_NAME) or state not in STATES or page is None or (
             per_page not in PER_PAGE_CHOICES) or cancelled not in CANCELLED_FILTERS or (
             cancelled and state != k.FAILED):
         raise Http404(_("No such queue or page."))
@@ -109,7 +110,7 @@ def _task_page(request, task_id):
     task = reader.task(task_id, text_bytes=0 if polled else TEXT_BYTES)
     if task is None:
         raise Http404(_("No such task."))
-    times = {name: number(task.fields.get(name)) for name in TIME_FIELDS}
+    times = {name: finite_number(task.fields.get(name)) for name in TIME_FIELDS}
     if polled:
         return live.task(task, times)
     known = [name for name in FIELD_ORDER if name in task.fields]
@@ -125,7 +126,7 @@ def _task_page(request, task_id):
                           "size": size})
         else:
             rows.append({"name": name, "value": value, "size": size,
-                         "time": number(value) if name in TIME_FIELDS else None})
+                         "time": finite_number(value) if name in TIME_FIELDS else None})
     timeline = sorted(({"name": name, "label": label, "time": times[name]}
                        for name, label in TIME_FIELDS.items() if times[name] is not None),
                       key=lambda event: event["time"])
@@ -136,7 +137,7 @@ def _task_page(request, task_id):
     user = request.user
     task_actions = [action for action in actions.TASK_ACTIONS.values()
                     if action.applies_to(task.status) and user.has_perm(action.permission)]
-    queue_name = task.queue if task.queue and valid_name(task.queue) else None
+    queue_name = task.queue if k.valid_name(task.queue, longest=MAX_NAME) else None
     return render(request, "django_blueque/task.html", admin_context(
         request, _("Task %(id)s") % {"id": task_id}, task=task, rows=rows, texts=texts,
         timeline=timeline, task_actions=task_actions, queue=queue_name,
@@ -151,7 +152,7 @@ def _task_page(request, task_id):
 @require_GET
 @staff_view()
 def task(request, task_id):
-    if not valid_name(task_id):
+    if not k.valid_name(task_id, longest=MAX_NAME):
         raise Http404(_("No such task."))
     return _task_page(request, task_id)
 
@@ -160,7 +161,7 @@ def task(request, task_id):
 @staff_view()
 def task_progress(request, task_id):
     """What the task page polls to move its progress bar."""
-    if not valid_name(task_id):
+    if not k.valid_name(task_id, longest=MAX_NAME):
         raise Http404(_("No such task."))
     progress = Reader(get_client()).task_progress(task_id)
     if progress["status"] is None:
@@ -174,7 +175,7 @@ def find(request):
     """Go to a task by its id, from the box on every page."""
     task_id = request.GET.get("id", "").strip()
     back = next_url(request, page_url("blueque:dashboard"))
-    if not valid_name(task_id):
+    if not k.valid_name(task_id, longest=MAX_NAME):
         messages.error(request, _("Give a task id (no spaces) to find a task."))
         return redirect(back)
     if not Reader(get_client()).exists(task_id):

@@ -12,8 +12,8 @@ from django.core.management import call_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_blueque.actions import BULK_ACTIONS
 from django_blueque.core import keys as k
+from django_blueque.core.bulk import BULK_ACTIONS
 from django_blueque.rows import STATES
 from tests.garbage import contents, write
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from django_blueque import actions
-from django_blueque.actions import bulk_job_id
+from django_blueque.core import bulk
+from django_blueque.core.bulk import bulk_job_id
 
 from .helpers import as_json, body, fail_task, fill_failed, messages_of, url
 
@@ -111,7 +111,7 @@ def test_an_interrupted_job_resumes_from_any_process(admin, blueque, r):
                                        300, 60)
     assert first == ("running", 300, 2000, 300)
     # the page was closed; the reaper's loop carries on where the job stopped
-    while actions.advance_bulk_jobs(blueque, budget=0.05):
+    while bulk.advance_jobs(blueque, budget=0.05):
         pass
     job = admin.get(url("bulk/", action="delete", state="failed", queue="q")).context["job"]
     assert (job.status, job.processed, job.affected) == ("done", 2000, 2000)

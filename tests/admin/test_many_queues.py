@@ -12,7 +12,7 @@ import time
 import pytest
 from django.core.management import call_command
 
-from django_blueque import actions
+from django_blueque.core import bulk
 from django_blueque.queries import LISTENER_QUEUES, METRICS_QUEUES, QUEUES_PER_PAGE
 from django_blueque.registry import registered_tasks
 from tests.core.helpers import calls_delta, command_calls
@@ -134,7 +134,7 @@ def test_the_reaper_finds_running_bulk_jobs_without_reading_every_queue(admin, b
     admin.post(url("bulk/start/"), {"action": "delete", "state": "failed",
                                      "queue": "queue-000321", "confirm": "yes"})
     many_queues.config_resetstat()
-    while actions.advance_bulk_jobs(blueque, budget=0.05):
+    while bulk.advance_jobs(blueque, budget=0.05):
         pass
     calls = {name.removeprefix("cmdstat_"): stats["calls"]
              for name, stats in many_queues.info("commandstats").items()}

@@ -6,7 +6,7 @@ import time
 
 from demo.tasks import tick
 
-from django_blueque.worker import enqueue_periodic, latest_due, next_periodic_runs
+from django_blueque.services import enqueue_periodic, latest_due, next_periodic_runs
 from tests.django_app.conftest import MANAGE
 
 KEY = "blueque_periodic_demo.tick"

@@ -8,7 +8,7 @@ import pytest
 
 from django_blueque import blueque_task, registry
 from django_blueque.registry import Periodic
-from django_blueque.worker import latest_due, next_periodic_runs
+from django_blueque.services import latest_due, next_periodic_runs
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,12 @@ from demo.tasks import failing_task, long_task, report
 from django.db import connection, transaction
 
 from django_blueque import blueque_task, get_result, signals
-from django_blueque.registry import AlreadyRegistered, BluequeTask, get_task, registered_tasks
+from django_blueque.registry import (
+    AlreadyRegistered,
+    BluequeTask,
+    registered_tasks,
+    task_for_queue,
+)
 
 
 def test_default_queue_is_the_dotted_path_and_function_stays_callable():
@@ -23,7 +28,7 @@ def test_default_queue_is_the_dotted_path_and_function_stays_callable():
     assert add.queue == f"{add.func.__module__}.{add.func.__qualname__}"
     assert add.queue.startswith(__name__ + ".test_default_queue")
     assert add(2, b=3) == 5
-    assert get_task(add.queue) is add
+    assert task_for_queue(add.queue) is add
 
 
 def test_two_functions_for_one_queue_is_an_error_naming_both():

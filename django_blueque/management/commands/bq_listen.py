@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 from django.utils import autoreload
 
 from django_blueque.registry import registered_tasks
-from django_blueque.worker import build_listener
+from django_blueque.services import build_listener
 
 from ._base import BluequeCommand
 

@@ -1,4 +1,4 @@
-from django_blueque.worker import ReaperLoop, reap_once
+from django_blueque.services import ReaperLoop, reap_once
 
 from ._base import LoopCommand
 

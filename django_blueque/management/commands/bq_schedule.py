@@ -1,4 +1,4 @@
-from django_blueque.worker import schedule_once
+from django_blueque.services import schedule_once
 
 from ._base import LoopCommand
 

@@ -4,8 +4,9 @@ import time
 from django.core.management.base import CommandError
 
 from django_blueque.conf import get_client
+from django_blueque.core.values import finite_number
 from django_blueque.queries import QUEUES_PER_PAGE, Reader
-from django_blueque.rows import STATES, number
+from django_blueque.rows import STATES
 
 from ._base import BluequeCommand
 
@@ -95,8 +96,8 @@ class Command(BluequeCommand):
             data = overview.as_dict()
             data["running"] = [{
                 "id": task.id, "queue": listener.queue, "listener": listener.id,
-                "started": number(task.fields.get("started")),
-                "progress": number(task.fields.get("progress")),
+                "started": finite_number(task.fields.get("started")),
+                "progress": finite_number(task.fields.get("progress")),
                 "message": task.progress_message} for listener, task in running]
             self.stdout.write(json.dumps(data, allow_nan=False, default=str))
             return
@@ -120,6 +121,7 @@ class Command(BluequeCommand):
 
 
 def running_row(now, listener, task):
-    started, progress = number(task.fields.get("started")), number(task.fields.get("progress"))
+    started = finite_number(task.fields.get("started"))
+    progress = finite_number(task.fields.get("progress"))
     return [task.id, listener.queue, listener.id, age(now - started if started else None),
             "-" if progress is None else f"{progress:.0f}% {task.progress_message or ''}".strip()]

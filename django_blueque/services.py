@@ -9,9 +9,8 @@ import redis
 from croniter import croniter
 from django.utils import timezone
 
-from .actions import advance_bulk_jobs
 from .conf import get_client, get_settings
-from .core import ForkingRunner, enqueue_due_tasks, reap
+from .core import ForkingRunner, bulk, enqueue_due_tasks, reap
 from .core.maintenance import RECHECK_SECONDS, Reaper
 from .core.outages import Outage
 from .registry import close_connections_before_fork, registered_tasks, run_task, task_ended
@@ -25,7 +24,7 @@ def reap_once(dry_run=False):
     just lapsed), and advance the admin's running bulk jobs; returns the reaper's Actions."""
     actions = reap(get_client(), policy=get_settings().policy, dry_run=dry_run)
     if not dry_run:
-        advance_bulk_jobs()
+        bulk.advance_jobs(get_client())
     return actions
 
 
@@ -40,7 +39,7 @@ class ReaperLoop:
 
     def __call__(self):
         self.report(self.reaper.reap())
-        advance_bulk_jobs()
+        bulk.advance_jobs(get_client())
 
     def sooner(self):
         """Look again soon while a lapsed lease is being watched."""
@@ -63,32 +62,19 @@ def latest_due(periodic, at):
 
 def enqueue_periodic(at=None):
     """Enqueue each periodic task once per due time, exactly once however many schedulers run:
-    the due time is claimed and the task written in one WATCH/MULTI transaction. After
-    downtime only the latest missed run is made (no burst of catch-up runs); the first time a
-    task is seen, its current due time is recorded without running it."""
+    the due time is claimed and the task written in one transaction (Protocol.enqueue_periodic).
+    After downtime only the latest missed run is made (no burst of catch-up runs); the first
+    time a task is seen, its current due time is recorded without running it."""
     client = get_client()
     at = time.time() if at is None else at
     started = []
     for task in registered_tasks().values():
         if task.periodic is None:
             continue
-        due = latest_due(task.periodic, at)
-        key = client.keys.periodic(task.queue)
-        with client.redis.pipeline() as pipe:
-            try:
-                pipe.watch(key)
-                last = pipe.get(key)
-                if last is not None and float(last) >= due:
-                    continue
-                pipe.multi()
-                pipe.set(key, repr(due))
-                if last is not None:
-                    ids = client.protocol.enqueue(task.queue, [task.encode((), {})],
-                                                  task.policy(), pipe=pipe)
-                pipe.execute()
-            except redis.WatchError:
-                continue  # another scheduler claimed this due time
-        if last is not None:
+        ids = client.protocol.enqueue_periodic(
+            task.queue, latest_due(task.periodic, at),
+            make_task=lambda task=task: (task.encode((), {}), task.policy()))
+        if ids:
             logger.info("periodic task %s enqueued as %s", task.name, ids[0])
             started.append(ids[0])
     return started
