@@ -126,7 +126,7 @@ def test_garbage_in_a_shared_index_stops_no_queue_and_is_mended(client, r, caplo
         reap(client, confirm=0)
     assert complete(client, task_id)
     assert [r.type(index) for index in indexes].count(kind) == 0
-    assert "holds a %s, not a sorted set" % kind in caplog.text
+    assert f"holds a {kind}, not a sorted set" in caplog.text
     enqueue_due_tasks(client)  # the sweep's window indexes the queue again, then moves it
     drain(client)
     assert complete(client, later)
