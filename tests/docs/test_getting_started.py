@@ -38,7 +38,6 @@ def test_the_getting_started_page_works_verbatim_in_a_new_project(project):
                                                     "python", "sh"]
     printed = []
     for language, code in blocks:
-        target = re.fullmatch(r"# (\S+\.py)\b.*", code.splitlines()[0])
         if language == "sh":
             for line in commands(code):
                 if line.startswith("python manage.py test"):
@@ -49,13 +48,7 @@ def test_the_getting_started_page_works_verbatim_in_a_new_project(project):
                     printed.append(ran.stderr)
                 else:
                     project.command(line)
-        elif target and target.group(1) == "settings.py":
-            settings = project.root / "mysite" / "settings.py"
-            settings.write_text(settings.read_text() + "\n" + code +
-                                f"\nBLUEQUE['URL'] = {project.redis_url!r}  # the test's\n")
-        elif target:
-            (project.root / target.group(1)).write_text(code)
-        else:
+        elif not project.write_file_block(code):
             printed.append(project.shell(code))
     assert printed[0].strip().splitlines()[-1] == "complete {'video_id': 42, 'ok': True}", printed
     assert re.search(r"^Ran 1 test in .*\n\nOK$", printed[1], flags=re.M), printed[1]

@@ -55,6 +55,21 @@ class Project:
     def shell(self, code):
         return self.run(sys.executable, "manage.py", "shell", "-c", code)
 
+    def write_file_block(self, code):
+        """A code block whose first line names a file (``# settings.py``, ``# yourapp/tasks.py``):
+        added to the project's settings (then pointed at the test's Redis) or written as that
+        file. False for a block that names no file."""
+        target = re.fullmatch(r"# (\S+\.py)\b.*", code.splitlines()[0])
+        if not target:
+            return False
+        if target.group(1) == "settings.py":
+            settings = self.root / "mysite" / "settings.py"
+            settings.write_text(settings.read_text() + "\n" + code +
+                                f"\nBLUEQUE['URL'] = {self.redis_url!r}  # the test's\n")
+        else:
+            (self.root / target.group(1)).write_text(code)
+        return True
+
     def command(self, line):
         words = line.split()
         if words[:2] == ["pip", "install"]:
@@ -110,18 +125,10 @@ def test_the_readme_install_section_works_verbatim_in_a_new_project(project, r):
     assert [language for language, _ in blocks].count("python") >= 3
     task_id = None
     for language, code in blocks:
-        first = code.splitlines()[0]
-        target = re.fullmatch(r"# (\S+\.py)\b.*", first)
         if language == "sh":
             for line in commands(code):
                 project.command(line)
-        elif target and target.group(1) == "settings.py":
-            settings = project.root / "mysite" / "settings.py"
-            settings.write_text(settings.read_text() + "\n" + code +
-                                f"\nBLUEQUE['URL'] = {project.redis_url!r}  # the test's\n")
-        elif target:
-            (project.root / target.group(1)).write_text(code)
-        else:
+        elif not project.write_file_block(code):
             task_id = project.shell(code + "\nprint(task_id)").split()[-1]
     assert task_id, "the section enqueues no task"
     key = f"blueque_task_{task_id}"
