@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def runtests():
-    spec = importlib.util.spec_from_file_location("runtests_under_test", REPO / "runtests.py")
+    spec = importlib.util.spec_from_file_location("runtests_under_test",
+                                                  REPO / "devtools" / "testing.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

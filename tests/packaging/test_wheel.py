@@ -127,6 +127,7 @@ def test_sdist_holds_license_docs_tests_and_demo(dist):
     with tarfile.open(dist["sdist"]) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     wanted = {"LICENSE", "CHANGELOG.md", "README.md", "rundemo.py", "runtests.py",
+              "devtools/demo.py", "devtools/testing.py",
               "MANIFEST.in", "setup.cfg", "pyproject.toml", "tests/conftest.py",
               "testproject/manage.py"}
     wanted = {name for name in wanted if (REPO / name).exists()}
