@@ -71,7 +71,7 @@ class Pusher(threading.Thread):
 
     def _push(self, kind, batch):
         queue = KINDS[kind][0]
-        task = self.registry.get_task(queue)
+        task = self.registry.task_for_queue(queue)
         parameters = [task.encode((), arguments) for arguments in batch]
         ids = [str(uuid.uuid4()) for _ in batch]
         policy = task.policy()
