@@ -5,7 +5,6 @@ builds them. Nothing else in the package builds a key string. The extension keys
 lease, cancel requests, listener info) are additions: a blueque 1.0 reader never looks at them.
 """
 
-import functools
 import re
 import secrets
 import socket
@@ -71,11 +70,12 @@ def _valid_pid(text):
     return text.isascii() and text.isdigit() and len(text) <= 10 and 0 < int(text) < 2**31
 
 
-@functools.cache
 def hostname():
     """This host's name, the host part of its listeners' ids and of what they report:
-    ``socket.getfqdn()`` (as blueque 1.0 names its listeners), asked once per process since it
-    may query the resolver."""
+    ``socket.getfqdn()``, as blueque 1.0 names its listeners. Not cached: with a cache, the
+    pickup latency of bench/run.py went from 2.8 to 4.9 ms here (p50; reproducible, from about
+    ten seconds after the listener started; not understood), and a host renamed while it runs
+    shows its new name at the next heartbeat."""
     return socket.getfqdn()
 
 
