@@ -64,6 +64,7 @@ class TaskProcess:
             signal.signal(signal.SIGTERM, _raise_stop)
             keeper = LeaseKeeper()
             keeper.start()  # a thread's first start costs most: done before the task comes
+            _connect(self.protocol)
             handed = _read_all(start_pipe)
             if handed:
                 random.seed()  # not the listener's sequence, nor its other children's
@@ -139,6 +140,17 @@ def record_end(running, step):
                 outage.recovered()
                 return outcome
         time.sleep(pause)
+
+
+def _connect(protocol):
+    """Open this process's own connection to Redis while it waits for its task: a new
+    connection (redis-py's handshake) costs more than the task's whole end script, and would
+    otherwise be paid after the task's code, on the way to the listener's next task. Redis
+    being away now is no matter: the end is recorded as patiently as ever."""
+    try:
+        protocol.redis.ping()
+    except redis.RedisError:
+        pass
 
 
 def _read_all(fd):
