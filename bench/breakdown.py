@@ -1,0 +1,182 @@
+"""Where a no-op task's time goes in our engine, from its enqueue to the listener's next wait
+(issue 17), beside the floors a process per task cannot go under.
+
+    python bench/breakdown.py [--tasks 300]
+
+Its own redis-server. A ForkingRunner (concurrency 1, a no-op callback) runs in a child
+process whose engine methods are wrapped to append ``name pid start end`` to a file
+(``time.perf_counter_ns`` is CLOCK_MONOTONIC, one clock for the listener and its forks);
+tasks are enqueued one at a time, 0.1 s apart (each has ended long before the next), so the
+stages of one task never overlap another's. The floors are measured in this process with the
+same interpreter and the engine imported: a Redis round trip (PING), one engine script call
+(the scripts' own cost), a fork whose child exits at once (fork, exit, waitpid), and a forked
+child's first command on a new connection. Medians, in milliseconds.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+import redis  # noqa: E402
+from infra import child, private_redis  # noqa: E402
+
+from django_blueque.core import Client, children, runner, waiter  # noqa: E402
+from django_blueque.core.protocol import Protocol  # noqa: E402
+
+QUEUE = "breakdown"
+LOG = None  # the file descriptor the wrapped methods append to (in the listener and its forks)
+
+
+def now():
+    return time.perf_counter_ns()
+
+
+def record(name, began, ended):
+    os.write(LOG, f"{name} {os.getpid()} {began} {ended}\n".encode())
+
+
+def timed(name, function):
+    def wrapper(*args, **kwargs):
+        began = now()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            record(name, began, now())
+    return wrapper
+
+
+def noop(task):
+    record("callback", now(), now())
+    return ""
+
+
+def listen(url, path):
+    """The listener, its engine methods wrapped (run in a child process of the harness)."""
+    global LOG
+    LOG = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    waiter.PendingWaiter.settle = timed("woken", waiter.PendingWaiter.settle)
+    for name in ("reserve", "start", "finish"):
+        setattr(Protocol, name, timed(name, getattr(Protocol, name)))
+    children.TaskProcesses._spawn = timed("fork_spare", children.TaskProcesses._spawn)
+    children.TaskProcesses._collect_children = timed(
+        "collected", children.TaskProcesses._collect_children)
+    runner.ForkingRunner(Client(url), QUEUE, noop, concurrency=1).run()
+
+
+def stages(path, enqueued):
+    """Per task, the gaps between what the listener and its task process recorded."""
+    events = [line.split() for line in Path(path).read_text().splitlines()]
+    rows = []
+    for at, next_at in zip(enqueued, enqueued[1:] + [float("inf")], strict=True):
+        mine = [(name, int(pid), int(b), int(e)) for name, pid, b, e in events
+                if at <= int(b) < next_at]
+        first = {}
+        for event in mine:
+            first.setdefault(event[0], event)
+        if not {"woken", "reserve", "start", "callback", "finish"} <= set(first):
+            continue
+        ended = first["finish"][3]
+        collected = [e for e in mine if e[0] == "collected" and e[3] >= ended]
+        spare = [e for e in mine if e[0] == "fork_spare" and e[2] >= ended]
+        if not collected:
+            continue
+        first["collected"] = collected[0]
+        ms = 1e-6
+        rows.append({
+            "enqueue call to the listener woken": (first["woken"][3] - at) * ms,
+            "reserve (script round trip)": (first["reserve"][3] - first["reserve"][2]) * ms,
+            "start (script round trip)": (first["start"][3] - first["start"][2]) * ms,
+            "start recorded to the task's code (pipe hand-over, set-up in the child)":
+                (first["callback"][2] - first["start"][3]) * ms,
+            "finish in the child (new connection + script)":
+                (first["finish"][3] - first["finish"][2]) * ms,
+            "finish recorded to the exit collected (exit, SIGCHLD, waitpid)":
+                (first["collected"][3] - first["finish"][3]) * ms,
+            "fork of the next spare (in the listener)":
+                (spare[0][3] - spare[0][2]) * ms if spare else 0.0,
+            "enqueue call to the task's code (pickup)": (first["callback"][2] - at) * ms,
+        })
+    return rows
+
+
+def floors(url, rounds=300):
+    r = redis.Redis.from_url(url)
+    ping = []
+    for _ in range(rounds):
+        began = now()
+        r.ping()
+        ping.append((now() - began) / 1e6)
+    protocol = Client(url).protocol
+    script = []
+    for _ in range(rounds):
+        began = now()
+        protocol.reserve(QUEUE + "-empty", "floor_1", "token")  # an empty queue: script cost
+        script.append((now() - began) / 1e6)
+    forks, first_command = [], []
+    for _ in range(rounds // 3):
+        began = now()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        forks.append((now() - began) / 1e6)
+    for _ in range(rounds // 10):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            began = now()
+            r.ping()  # the pool was inherited: redis-py opens a new connection in the child
+            os.write(write_end, str(now() - began).encode())
+            os._exit(0)
+        os.close(write_end)
+        first_command.append(int(os.read(read_end, 64)) / 1e6)
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    r.close()
+    return {"Redis round trip (PING)": ping, "engine script call (reserve, empty queue)": script,
+            "fork + exit + waitpid (this interpreter, engine imported)": forks,
+            "a forked child's first command (new connection)": first_command}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=300)
+    parser.add_argument("listen", nargs="*", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.listen:
+        listen(*args.listen)
+        return 0
+    with tempfile.TemporaryDirectory() as workdir, private_redis(workdir) as url:
+        path = os.path.join(workdir, "events")
+        client = Client(url)
+        queue = client.get_queue(QUEUE)
+        argv = [sys.executable, __file__, "--", url, path]
+        with child(argv, cwd=str(HERE.parent)):
+            time.sleep(2)  # the listener is up, idle, its spare forked
+            enqueued, ids = [], []
+            for n in range(args.tasks):
+                enqueued.append(now())
+                ids.append(queue.enqueue(str(n)))
+                time.sleep(0.1)  # ended, the listener back in its wait, the next spare forked
+            done = sum(client.get_task(task_id).status == "complete" for task_id in ids)
+            assert done == len(ids), f"only {done} of {len(ids)} tasks completed"
+            rows = stages(path, enqueued)
+        print(f"{len(rows)} no-op tasks, one at a time (median ms):")
+        for name in rows[0]:
+            print(f"  {statistics.median(row[name] for row in rows):7.3f}  {name}")
+        print("floors (median ms):")
+        for name, samples in floors(url).items():
+            print(f"  {statistics.median(samples):7.3f}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
