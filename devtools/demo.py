@@ -342,6 +342,13 @@ class Service:
             time.sleep(0.1)
         return not self.running()
 
+    def terminate(self, seconds, hurry):
+        """SIGTERM, up to ``seconds`` (less once ``hurry`` is set) to end, then SIGKILL."""
+        self.signal(signal.SIGTERM)
+        if not self.wait(seconds, hurry):
+            self.signal(signal.SIGKILL)
+            self.wait(5, threading.Event())
+
 
 class Demo:
     def __init__(self, args, python):
@@ -547,10 +554,7 @@ class Demo:
         web = self.services.get("web")
         if web and web.running():
             say("stopping the web server ...")
-            web.signal(signal.SIGTERM)
-            if not web.wait(5, self.hurry):
-                web.signal(signal.SIGKILL)
-                web.wait(5, threading.Event())
+            web.terminate(5, self.hurry)
         listener = self.services.get("listener")
         if listener:
             tasks = descendants(listener.pid)
@@ -560,19 +564,13 @@ class Demo:
                 listener.signal(signal.SIGTERM)
                 if not listener.wait(self.args.grace, self.hurry):
                     say("stopping the listener at once ...")
-                    listener.signal(signal.SIGTERM)  # the second one: stop now
-                    if not listener.wait(5, self.hurry):
-                        listener.signal(signal.SIGKILL)
-                        listener.wait(5, threading.Event())
+                    listener.terminate(5, self.hurry)  # the second SIGTERM: stop now
             tasks.update(self.adopted())
             self.stop_leftovers(tasks)
         redis_service = self.services.get("redis")
         if redis_service and redis_service.running():
             say("stopping Redis (it saves its data) ...")
-            redis_service.signal(signal.SIGTERM)
-            if not redis_service.wait(15, self.hurry):
-                redis_service.signal(signal.SIGKILL)
-                redis_service.wait(5, threading.Event())
+            redis_service.terminate(15, self.hurry)
         self.reap_orphans()
         left = sorted({*alive(descendants(os.getpid())),
                        *(s.pid for s in self.services.values() if s.running())})
