@@ -213,7 +213,7 @@ class Faults:
     def spare_kill(self):
         """SIGKILL a listener's idle pre-forked task process: a child of bq_listen sleeping on
         its start pipe, with no start in the side channel."""
-        deadline = time.monotonic() + 30  # a busy listener has no spare: wait for a lull
+        deadline = time.monotonic() + 30  # none in a burst or while stopping: wait
         while time.monotonic() < deadline:
             known = {event.pid for event in read_events(self.soak.events_path)}
             spares = [(pid, listener) for listener in self._listeners()

@@ -118,10 +118,10 @@ class TaskProcesses:
             os.close(write_end)
 
     def _keep_spare(self):
-        """Have a spare task process ready while a slot is free (not in burst mode, where the
-        listener is about to exit)."""
-        if (self._spare is None and not self.burst and self._accepting()
-                and len(self.children) < self.concurrency):
+        """Have a spare task process ready (not in burst mode, where the listener is about to
+        exit), busy slots or not: forked while tasks run, it is there the moment one ends, so a
+        queue drains without a fork between two tasks (the spare runs nothing until then)."""
+        if self._spare is None and not self.burst and self._accepting():
             self._spare = self._spawn()
 
     def _drop_spare(self):

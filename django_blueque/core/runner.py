@@ -6,8 +6,9 @@ it as it was), on its children's exits and on signals (both through a wake-up pi
 next timer (heartbeat, timeouts, kill escalations). So it sends nothing while idle but its
 heartbeat, starts a task within milliseconds of its enqueue, and notices a child's death at once.
 The task itself is then reserved by the atomic ``reserve`` script, its start recorded by the
-listener, and handed through a pipe to a task process forked ahead while the listener was idle
-(a fork costs milliseconds here; it is kept off the way from enqueue to the task's code).
+listener, and handed through a pipe to a task process forked ahead, while the listener was idle
+or its tasks ran (a fork costs milliseconds; it is kept off the way from enqueue to the task's
+code, and from one task's end to the next one's start).
 
 A task's process renews its own lease from a thread, so it keeps running, and records its own
 end, even if its listener dies; it kills itself if it ever loses the lease (the reaper handed

@@ -10,15 +10,8 @@ import time
 from demo.tasks import long_task
 
 from django_blueque import get_result
+from tests.core.helpers import children_of
 from tests.django_app.conftest import MANAGE, wait_for
-
-
-def children_of(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as listing:
-            return [int(child) for child in listing.read().split()]
-    except FileNotFoundError:
-        return []
 
 
 def alive(pid):

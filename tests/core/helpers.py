@@ -26,6 +26,15 @@ def pid_alive(pid):
     return state not in ("Z", "X")
 
 
+def children_of(pid):
+    """The pids of a process's children (none once it has gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listing:
+            return [int(child) for child in listing.read().split()]
+    except FileNotFoundError:
+        return []
+
+
 def command_calls(r):
     """{command: calls} the server has executed, not counting INFO (how the tests read these)
     nor the handshake of a new connection (HELLO, CLIENT SETINFO)."""

@@ -16,7 +16,13 @@ import redis
 from django_blueque.core import Client, reap
 from django_blueque.core.maintenance import Reaper
 from django_blueque.core.protocol import LEASE_TTL
-from tests.core.helpers import PersistentRedisServer, Runner, pid_alive, wait_for
+from tests.core.helpers import (
+    PersistentRedisServer,
+    Runner,
+    children_of,
+    pid_alive,
+    wait_for,
+)
 from tests.redis_server import free_port
 
 OUTAGE = LEASE_TTL + 5  # longer than a lease: every live process fails to renew in time
@@ -192,11 +198,6 @@ def test_a_heartbeat_registers_again_a_listener_someone_removed(client, r, start
 
 
 # -- the listener's own processes -------------------------------------------------------------
-
-def children_of(pid):
-    with open(f"/proc/{pid}/task/{pid}/children") as listing:
-        return [int(child) for child in listing.read().split()]
-
 
 def test_a_spare_process_that_died_while_idle_is_replaced(client, r, start_runner):
     """Before: the next task was handed to the dead spare and failed 'killed by signal 9'

@@ -17,6 +17,7 @@ from tests.core.callbacks import RUNS_KEY
 from tests.core.helpers import (
     PersistentRedisServer,
     Runner,
+    children_of,
     pid_alive,
     requests_received,
     wait_for,
@@ -144,6 +145,23 @@ def test_concurrency_is_respected(client, r, start_runner):
         assert finished(client, task_id, runner, timeout=30).status == "complete"
     seen = [int(n) for n in r.lrange("running:seen", 0, -1)]
     assert len(seen) == 6 and max(seen) == 2  # two at once, never three
+
+
+def test_a_busy_listener_keeps_a_spare_so_the_next_task_needs_no_fork(client, r,
+                                                                         start_runner):
+    """While its only slot is busy, the listener forks the next task's process, which then
+    waits for the slot: a queue drains without a fork between one task's end and the next
+    one's start (before, the next process was forked only after the last one exited)."""
+    queue = client.get_queue("q")
+    first = queue.enqueue(job(wait_for="gate"))
+    second = queue.enqueue(job())
+    runner = start_runner(concurrency=1)
+    running = started(client, first, runner)
+    spare = wait_for(lambda: [pid for pid in children_of(runner.pid)
+                              if pid != running.pid], 20, runner.describe)
+    r.set("gate", 1)
+    assert finished(client, second, runner).status == "complete"
+    assert client.get_task(second).pid == spare[0]
 
 
 def test_garbage_in_the_pending_list_is_dropped(client, r, start_runner):
