@@ -8,6 +8,8 @@ import uuid
 
 import redis
 
+from django_blueque.core.client import priority_field
+
 # kind -> (queue, share of the tasks)
 KINDS = {"short": ("soak.short", 0.81), "sleep": ("soak.sleep", 0.03),
          "eta": ("soak.eta", 0.07), "flaky": ("soak.flaky", 0.07),
@@ -74,13 +76,14 @@ class Pusher(threading.Thread):
         task = self.registry.task_for_queue(queue)
         parameters = [task.encode((), arguments) for arguments in batch]
         ids = [str(uuid.uuid4()) for _ in batch]
-        policy = task.policy()
+        # a third of the batches with a priority: the prioritized set under the same faults
+        fields = {**task.task_fields(), **priority_field(self.rng.choice((None, 5, -5)))}
         if kind == "eta":
             writes = [(lambda i=i: self.protocol.schedule(
                 queue, parameters[i], time.time() + self.rng.uniform(*self.eta_range),
-                policy, ids[i]), [ids[i]]) for i in range(len(ids))]
+                fields, ids[i]), [ids[i]]) for i in range(len(ids))]
         else:
-            writes = [(lambda: self.protocol.enqueue(queue, parameters, policy, ids), ids)]
+            writes = [(lambda: self.protocol.enqueue(queue, parameters, fields, ids), ids)]
         for write, written_ids in writes:
             self._write_surely(write, written_ids, kind)
 

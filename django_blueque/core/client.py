@@ -60,6 +60,22 @@ def policy_fields(retries=None, backoff=None, timeout=None, retention=None):
     return fields
 
 
+def priority_field(priority):
+    """The task-hash field of a priority: none for None or 0 (blueque 1.0's order: the pending
+    list, which 1.0 workers read too), else ``{'priority': n}``. Higher runs first; Django's
+    Tasks framework's range, -100..100."""
+    if priority is None:
+        return {}
+    if isinstance(priority, bool) or not isinstance(priority, int) or (
+            priority not in k.PRIORITIES):
+        raise ValueError(f"priority must be a whole number from -100 to 100, not {priority!r}")
+    return {"priority": priority} if priority else {}
+
+
+def _fields(priority, policy):
+    return {**policy_fields(**policy), **priority_field(priority)}
+
+
 class Client:
     """The connection to a Blueque system; makes the other objects.
 
@@ -119,18 +135,21 @@ class Queue:
         self._protocol = client.protocol
         self.name = name
 
-    def enqueue(self, parameters, **policy):
-        """Add a task; returns its id. Keyword arguments: retries, backoff, timeout, retention."""
-        return self._protocol.enqueue(self.name, [parameters], policy_fields(**policy))[0]
+    def enqueue(self, parameters, priority=None, **policy):
+        """Add a task; returns its id. Keyword arguments: priority (-100..100, higher first;
+        see priority_field), retries, backoff, timeout, retention."""
+        return self._protocol.enqueue(self.name, [parameters],
+                                      _fields(priority, policy))[0]
 
-    def enqueue_many(self, parameters_list, **policy):
+    def enqueue_many(self, parameters_list, priority=None, **policy):
         """Add many tasks in one round trip; returns their ids in order."""
-        return self._protocol.enqueue(self.name, list(parameters_list), policy_fields(**policy))
+        return self._protocol.enqueue(self.name, list(parameters_list),
+                                      _fields(priority, policy))
 
-    def schedule(self, parameters, eta, **policy):
+    def schedule(self, parameters, eta, priority=None, **policy):
         """Add a task to run at ``eta`` (Unix time, aware datetime or timedelta)."""
         return self._protocol.schedule(self.name, parameters, to_timestamp(eta),
-                                       policy_fields(**policy))
+                                       _fields(priority, policy))
 
     def enqueue_due_tasks(self):
         """Move this queue's due scheduled tasks to the queue; returns their ids. Due by this
@@ -232,7 +251,9 @@ class Listener:
                 outage.recovered()
 
     def listen(self):
-        """Block until a task is reserved for this listener; returns it."""
+        """Block until a task is reserved for this listener; returns it. (It waits on the
+        pending list, as blueque 1.0 does: a task with a priority enqueued meanwhile is seen
+        within LISTEN_BLOCK seconds; the forking runner waits on both.)"""
         pending = self._protocol.keys.pending(self.queue)
         while True:
             taken = self._protocol.reserve(self.queue, self.id, new_token())

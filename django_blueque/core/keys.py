@@ -51,7 +51,11 @@ EXTENSION_FIELDS = (
     "traceback",         # formatted traceback of the failure
     "last_error",        # error of the previous attempt, kept while a retry is scheduled
     "cancel_requested",  # time.time() a cancellation of a reserved or started task was asked
+    "priority",          # -100..100, higher first; a task with one (not 0) waits in `prioritized`
 )
+
+PRIORITIES = range(-100, 101)
+"""Django's Tasks framework's range of priorities; 0, the default, is blueque 1.0's order."""
 
 _SAFE_NAME = re.compile(r"^[^\s]+$")
 
@@ -148,6 +152,28 @@ class Keys:
         return self._key("task", task_id)
 
     # extension keys
+    def prioritized(self, queue):
+        """ZSET: the pending tasks with a priority, scored so that ZRANGE order is the order
+        of taking (common.lib's make_pending). blueque 1.0 never reads it: tasks without a
+        priority stay in the pending list, where 1.0 puts them."""
+        return self._key("prioritized", queue)
+
+    def priority_sequence(self, queue):
+        """STRING: a counter that orders the prioritized tasks of one priority (first in,
+        first out)."""
+        return self._key("priority_sequence", queue)
+
+    def priority_wake(self, queue):
+        """LIST holding one element while ``prioritized`` has tasks: what a listener's
+        blocking peek waits on (a sorted set cannot be peeked at without taking)."""
+        return self._key("priority_wake", queue)
+
+    def waiting(self, queue):
+        """The keys where a queue's pending tasks wait, in the order the scripts take them:
+        pending list, prioritized set, its sequence counter, its wake list."""
+        return [self.pending(queue), self.prioritized(queue), self.priority_sequence(queue),
+                self.priority_wake(queue)]
+
     def listener_leases(self, queue):
         """ZSET: listener id -> time its heartbeat expires. Only our listeners are in it, so a
         listener of the listeners set that is absent here is a blueque 1.0 listener."""

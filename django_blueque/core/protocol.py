@@ -96,7 +96,7 @@ class Protocol(UpkeepOperations):
                   for item in (name, str(value))]
         head = [queue, self._task_prefix, k.PENDING, encode_time(now()), len(extras) // 2,
                 *extras]
-        keys = [self.keys.queues, self.keys.pending(queue)]
+        keys = [self.keys.queues, *self.keys.waiting(queue)]
         calls = [head + [item for pair in zip(ids[start:start + ENQUEUE_BATCH],
                                               parameters_list[start:start + ENQUEUE_BATCH],
                                               strict=True) for item in pair]
@@ -173,7 +173,7 @@ class Protocol(UpkeepOperations):
         return self.script("release_listener")(
             keys=[self.keys.listeners(queue), self.keys.queues, self.keys.listener_leases(queue),
                   self.keys.reserved(queue, listener_id), self.keys.pending(queue),
-                  self.keys.listener_expiries],
+                  self.keys.listener_expiries, *self.keys.waiting(queue)[1:]],
             args=[listener_id, queue, self._task_prefix, encode_time(now()), "1" if own else "0",
                   *claimer])
 
@@ -189,12 +189,14 @@ class Protocol(UpkeepOperations):
             pipe.execute()
 
     def reserve(self, queue, listener_id, token):
-        """Move the oldest pending id to the listener's reserved list and mark the task
-        reserved, atomically. Returns None when the queue is empty, else ``(task id, True,
-        timeout)`` where timeout is the task's own timeout field ('' for none), or ``(task id,
-        False, why)`` for an id dropped because no pending task was behind it."""
+        """Move the next pending id (the first of the highest priority, see reserve.lua) to
+        the listener's reserved list and mark the task reserved, atomically. Returns None when
+        the queue is empty, else ``(task id, True, timeout)`` where timeout is the task's own
+        timeout field ('' for none), or ``(task id, False, why)`` for an id dropped because no
+        pending task was behind it."""
         found = self.script("reserve")(
-            keys=[self.keys.pending(queue), self.keys.reserved(queue, listener_id)],
+            keys=[self.keys.pending(queue), self.keys.reserved(queue, listener_id),
+                  self.keys.prioritized(queue), self.keys.priority_wake(queue)],
             args=[self._task_prefix, listener_id, encode_time(now()), token, queue])
         if found is None:
             return None
@@ -239,7 +241,8 @@ class Protocol(UpkeepOperations):
                   self.keys.started(queue), self.keys.lease(task_id), self.keys.complete(queue),
                   self.keys.failed(queue), self.keys.scheduled(queue), self.keys.pending(queue),
                   self.keys.throughput(queue, hour), self.keys.due_queues,
-                  self.keys.lease_expiries, self.keys.expiring_queues],
+                  self.keys.lease_expiries, self.keys.expiring_queues,
+                  *self.keys.waiting(queue)[1:]],
             args=[task_id, token or "", self.keys.started_member(listener_id or "", pid or "",
                                                                    task_id),
                   encode_time(stamp), outcome, value, error_type or "", traceback or "",
@@ -268,14 +271,14 @@ class Protocol(UpkeepOperations):
             return None
         return self.script("cancel")(
             keys=[self.keys.task(task_id), self.keys.pending(queue), self.keys.scheduled(queue),
-                  self.keys.failed(queue)],
+                  self.keys.failed(queue), self.keys.prioritized(queue)],
             args=[task_id, encode_time(now()), self.keys.cancels(""), UNLIST_WINDOW])
 
     def retry(self, queue, task_id):
         """Put a failed task back in its queue: 1, 0 (not failed) or -1 (left alone: further
         than UNLIST_WINDOW from both ends of its failed list)."""
         return self.script("retry")(
-            keys=[self.keys.task(task_id), self.keys.failed(queue), self.keys.pending(queue)],
+            keys=[self.keys.task(task_id), self.keys.failed(queue), *self.keys.waiting(queue)],
             args=[task_id, encode_time(now()), UNLIST_WINDOW])
 
     def delete_finished(self, queue, task_id):
@@ -334,7 +337,7 @@ class Protocol(UpkeepOperations):
     def run_now(self, queue, task_id):
         """Send a scheduled task to its queue before its eta, to be taken next."""
         return bool(self.script("run_now")(
-            keys=[self.keys.task(task_id), self.keys.scheduled(queue), self.keys.pending(queue)],
+            keys=[self.keys.task(task_id), self.keys.scheduled(queue), *self.keys.waiting(queue)],
             args=[task_id, encode_time(now())]))
 
     def bulk_start(self, job_id, action, queue, state, user, keep, with_cancelled=False):
@@ -359,7 +362,8 @@ class Protocol(UpkeepOperations):
         (status None when there is no such job)."""
         status, processed, total, affected = self.script("bulk_step")(
             keys=[self.keys.bulk_job(job_id), self.keys.finished(queue, state),
-                  self.keys.pending(queue), self.keys.bulk_running],
+                  self.keys.pending(queue), self.keys.bulk_running,
+                  *self.keys.waiting(queue)[1:]],
             args=[self._task_prefix, encode_time(now()), int(batch), int(keep), job_id])
         return status, processed, total, affected
 

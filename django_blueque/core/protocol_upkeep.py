@@ -72,7 +72,7 @@ class UpkeepOperations:
         while True:
             step = self.script("move_due")(
                 keys=[self.keys.scheduled(queue), self.keys.pending(queue),
-                      self.keys.due_queues],
+                      self.keys.due_queues, *self.keys.waiting(queue)[1:]],
                 args=[stamp, self._task_prefix, batch, "1" if by_caller_clock else "0", queue])
             moved += step
             if len(step) < batch:

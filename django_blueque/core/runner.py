@@ -1,9 +1,10 @@
 """The forking runner: a listener that runs up to N tasks at a time, one forked process each.
 
-One thread, one ``select()``: the listener waits at once on a blocking peek per queue
+One thread, one ``select()``: the listener waits at once on two blocking peeks per queue
 (``BLMOVE pending pending RIGHT RIGHT``, which returns as soon as the list has an id and leaves
-it as it was), on its children's exits and on signals (both through a wake-up pipe), and on the
-next timer (heartbeat, timeouts, kill escalations). So it sends nothing while idle but its
+it as it was; the same on the list that holds an element while tasks with a priority wait), on
+its children's exits and on signals (both through a wake-up pipe), and on the next timer
+(heartbeat, timeouts, kill escalations). So it sends nothing while idle but its
 heartbeat, starts a task within milliseconds of its enqueue, and notices a child's death at once.
 The task itself is then reserved by the atomic ``reserve`` script, its start recorded by the
 listener, and handed through a pipe to a task process forked ahead, while the listener was idle
@@ -184,8 +185,7 @@ class ForkingRunner(TaskProcesses):
                 continue
             self._outage.recovered()
             self._keep_spare()
-            self._wait(self._next_wakeup() - time.monotonic(),
-                       [w for w in self._waiters.values() if w.armed])
+            self._wait(self._next_wakeup() - time.monotonic(), self._armed_peeks())
 
     def _wait(self, timeout, waiters):
         try:
@@ -218,6 +218,13 @@ class ForkingRunner(TaskProcesses):
             if child.kill_at:
                 times.append(child.kill_at)
         return min(times)
+
+    def _armed_peeks(self):
+        """The peeks worth waiting on: none while every slot is busy (a task that comes then
+        cannot be taken; its peek's reply waits in the socket until a slot frees)."""
+        if len(self.children) >= self.concurrency:
+            return []
+        return [peek for waiter in self._waiters.values() for peek in waiter.peeks if peek.armed]
 
     def _close_waiters(self):
         for waiter in self._waiters.values():

@@ -1,6 +1,8 @@
-"""The listener's way of waiting for work without polling: a connection per queue holding a
-blocking peek (``BLMOVE pending pending RIGHT RIGHT``), which returns as soon as the list has an
-id and leaves it as it was; the listener select()s on these connections."""
+"""The listener's way of waiting for work without polling: per queue, a connection holding a
+blocking peek on its pending list (``BLMOVE pending pending RIGHT RIGHT``, which returns as
+soon as the list has an id and leaves it as it was), and one on its priority wake list (which
+holds an element while tasks with a priority wait); the listener select()s on these
+connections."""
 
 import redis
 
@@ -10,12 +12,12 @@ BLOCK_SECONDS = 60
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
 
-class PendingWaiter:
-    """A connection holding a blocking peek on one queue's pending list."""
+class Peek:
+    """A connection holding a blocking peek on one list."""
 
-    def __init__(self, client, queue):
-        self._pool = client.redis.connection_pool
-        self.key = client.keys.pending(queue)
+    def __init__(self, pool, key):
+        self._pool = pool
+        self.key = key
         self.conn = None
         self.armed = False
 
@@ -34,7 +36,7 @@ class PendingWaiter:
         return self.conn._sock.fileno()
 
     def settle(self):
-        """Read the peek's reply (its value is not needed: the id stays in the list)."""
+        """Read the peek's reply (its value is not needed: the element stays in the list)."""
         self.armed = False
         try:
             self.conn.read_response()
@@ -48,3 +50,25 @@ class PendingWaiter:
             self._pool.release(self.conn)
         self.conn = None
         self.armed = False
+
+
+class PendingWaiter:
+    """The peeks of one queue: armed (the queue was found empty and nothing came since) while
+    both wait."""
+
+    def __init__(self, client, queue):
+        pool = client.redis.connection_pool
+        self.peeks = [Peek(pool, client.keys.pending(queue)),
+                      Peek(pool, client.keys.priority_wake(queue))]
+
+    @property
+    def armed(self):
+        return all(peek.armed for peek in self.peeks)
+
+    def arm(self):
+        for peek in self.peeks:
+            peek.arm()
+
+    def close(self):
+        for peek in self.peeks:
+            peek.close()

@@ -140,7 +140,8 @@ def protocol_keys(keys, queue, task_ids, listener):
             keys.listener_leases(queue), keys.reserved(queue, listener),
             *(keys.task(task_id) for task_id in task_ids), *(keys.lease(t) for t in task_ids),
             keys.due_queues, keys.lease_expiries, keys.listener_expiries, keys.expiring_queues,
-            keys.reaper_clock, keys.listener_info(listener), keys.cancels(listener)]
+            keys.reaper_clock, keys.listener_info(listener), keys.cancels(listener),
+            keys.prioritized(queue), keys.priority_sequence(queue), keys.priority_wake(queue)]
 
 
 VALUE = contents(["t1", "q", "other", "h~0_1"])
@@ -148,13 +149,14 @@ VALUE = contents(["t1", "q", "other", "h~0_1"])
 
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(garbage=st.lists(st.tuples(st.integers(0, 21), VALUE), min_size=1, max_size=8))
+@given(garbage=st.lists(st.tuples(st.integers(0, 26), VALUE), min_size=1, max_size=8))
 def test_garbage_in_any_protocol_key_never_escapes_a_pass(client, r, garbage):
     """Random values of random types in the protocol keys, the indexes and task fields of a
     queue holding real tasks; then a listener pass, a scheduler pass and a reaper pass: no exception
     escapes any of them, and the other queue's task still completes."""
     r.flushdb()
-    real = client.get_queue("q").enqueue_many(["t1", "t2"])
+    real = [*client.get_queue("q").enqueue_many(["t1", "t2"]),
+            client.get_queue("q").enqueue("t3", priority=5)]
     listener = "h~0_1"
     client.protocol.heartbeat(listener, ["q"])
     client.protocol.reserve("q", listener, "tok")

@@ -86,8 +86,9 @@ def test_the_blocking_peek_connects_through_sentinel(settings, steady_setup, dec
     before = connections_received(decoy)
     waiter = PendingWaiter(client, "failover.work")
     try:
-        waiter.arm()
-        assert waiter.conn._sock.getpeername()[1] == steady_setup.master_port()
+        waiter.arm()  # its peeks on the pending list and on the priority wake list
+        assert [peek.conn._sock.getpeername()[1] for peek in waiter.peeks] == [
+            steady_setup.master_port()] * 2
     finally:
         waiter.close()
     assert connections_received(decoy) == before + 1  # the count's own
@@ -141,7 +142,7 @@ def test_a_readonly_reply_drops_every_connection_of_a_plain_pool():
     primary, other = RedisServer().start(), RedisServer().start()
     try:
         client = Client(primary.url)
-        waiter = PendingWaiter(client, "q")
+        waiter = PendingWaiter(client, "q").peeks[0]
         waiter.arm()  # a listener's blocking peek, holding a connection
         client.redis.set("x", "1")
         admin = redis.Redis(port=primary.port)

@@ -9,7 +9,8 @@
 -- past the job's end, in O(1).
 -- The job ends at its newest id. If that task left the list meanwhile (someone retried or
 -- deleted it), the job also stops at the first task updated after it started.
--- KEYS[1] job hash, KEYS[2] the list, KEYS[3] pending list, KEYS[4] set of running jobs
+-- KEYS[1] job hash, KEYS[2] the list, KEYS[3] pending list, KEYS[4] set of running jobs,
+-- KEYS[5..7] the rest of the queue's waiting keys (Keys.waiting)
 -- ARGV[1] task key prefix, ARGV[2] now, ARGV[3] most ids to take, ARGV[4] seconds to keep the
 -- job's record once it ended, ARGV[5] the job's id
 -- Returns {status, processed, total, affected}; status is false when there is no such job.
@@ -63,7 +64,8 @@ for _ = 1, tonumber(ARGV[3]) do
       redis.call('HSET', task, 'status', 'pending', 'updated', now, 'last_error', fields[3] or '')
       redis.call('HDEL', task, 'error', 'error_type', 'traceback', 'finished', 'expires', 'node',
                  'pid')
-      redis.call('LPUSH', KEYS[3], id)
+      make_pending({KEYS[3], KEYS[5], KEYS[6], KEYS[7]}, id, redis.call('HGET', task, 'priority'),
+                   false)
     end
   end
   if id == marker then

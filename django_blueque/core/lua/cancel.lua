@@ -4,7 +4,9 @@
 -- listener then records the failure. A pending task deeper in a long list is flagged too, and
 -- fails without running when a listener takes it (start.lua): taking it out of the middle of
 -- the list would scan the list (LREM), stalling Redis for every client.
--- KEYS[1] task, KEYS[2] pending list, KEYS[3] scheduled set, KEYS[4] failed list
+-- A pending task with a priority is taken out of the prioritized set (no scan: it is sorted).
+-- KEYS[1] task, KEYS[2] pending list, KEYS[3] scheduled set, KEYS[4] failed list,
+-- KEYS[5] prioritized set
 -- ARGV[1] id, ARGV[2] now, ARGV[3] cancels-set key prefix (the node is read from the task),
 -- ARGV[4] window: how far from either end of the pending list the id is looked for
 -- Returns 'cancelled', 'requested', the status of a finished task, or false if there is none.
@@ -33,6 +35,8 @@ expect(KEYS[3], 'zset')
 expect(KEYS[4], 'list')
 if status == 'scheduled' then
   redis.call('ZREM', KEYS[3], ARGV[1])
+elseif usable(KEYS[5], 'zset') and redis.call('ZREM', KEYS[5], ARGV[1]) == 1 then
+  -- it was waiting with a priority
 elseif unlist(KEYS[2], ARGV[1], tonumber(ARGV[4])) == 'deep' then
   redis.call('HSET', KEYS[1], 'cancel_requested', now)
   return 'requested'

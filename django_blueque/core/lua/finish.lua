@@ -10,6 +10,7 @@
 -- as blueque 1.0 writes them.
 -- KEYS[1] task, KEYS[2] reserved list, KEYS[3] started set, KEYS[4] lease key,
 -- KEYS[5] complete list, KEYS[6] failed list, KEYS[7] scheduled set, KEYS[8] pending list
+-- (KEYS[13..15]: the rest of the queue's waiting keys, Keys.waiting)
 -- ARGV[1] id, ARGV[2] token or '', ARGV[3] started member, ARGV[4] now, ARGV[5] outcome
 -- ('complete', 'failed' or 'requeue'), ARGV[6] result or error, ARGV[7] error type,
 -- ARGV[8] traceback, ARGV[9] '1' if a failure may be retried, ARGV[10] default retention (s)
@@ -24,7 +25,9 @@ local status = status_of(KEYS[1])
 if status ~= 'started' and status ~= 'reserved' then
   return 'stale'
 end
-local state = redis.call('HMGET', KEYS[1], 'lease', 'attempts', 'retries', 'backoff', 'retention')
+local state = redis.call('HMGET', KEYS[1], 'lease', 'attempts', 'retries', 'backoff', 'retention',
+                        'priority')
+local waiting = {KEYS[8], KEYS[13], KEYS[14], KEYS[15]}
 if ARGV[2] ~= '' and state[1] ~= ARGV[2] then
   return 'stale'
 end
@@ -54,7 +57,7 @@ if outcome == 'requeue' then
   end
   redis.call('HDEL', KEYS[1], 'node', 'pid')
   redis.call('HSET', KEYS[1], 'status', 'pending', 'updated', now)
-  redis.call('RPUSH', KEYS[8], id)
+  make_pending(waiting, id, state[6], true)
   return 'requeued'
 end
 if outcome == 'complete' then
@@ -79,7 +82,7 @@ else
       index(KEYS[10], 'ZADD', KEYS[10], 'LT', eta, ARGV[16])
     else
       redis.call('HSET', KEYS[1], 'status', 'pending')
-      redis.call('RPUSH', KEYS[8], id)
+      make_pending(waiting, id, state[6], true)
     end
     return 'retry'
   end

@@ -3,7 +3,8 @@
 -- eta <= Redis's clock (one clock for every scheduler, whatever their hosts' clocks say), or
 -- with ARGV[4] '1', eta <= ARGV[1], the caller's clock, as blueque 1.0's enqueue_due_tasks().
 -- The queue's entry in the due index is then set to its next eta (removed when none is left).
--- KEYS[1] scheduled set, KEYS[2] pending list, KEYS[3] due index
+-- KEYS[1] scheduled set, KEYS[2] pending list, KEYS[3] due index, KEYS[4..6] the rest of the
+-- queue's waiting keys (Keys.waiting: a task with a priority goes to the prioritized set)
 -- ARGV[1] now (written as 'updated'), ARGV[2] task key prefix, ARGV[3] most tasks to move,
 -- ARGV[4] '1' to judge due by ARGV[1], ARGV[5] queue
 --#include common.lib
@@ -17,7 +18,8 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local task = ARGV[2] .. id
   if status_of(task) == 'scheduled' then
-    redis.call('LPUSH', KEYS[2], id)
+    make_pending({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, redis.call('HGET', task, 'priority'),
+                 false)
     redis.call('HSET', task, 'status', 'pending', 'updated', ARGV[1])
     table.insert(moved, id)
   end

@@ -6,7 +6,8 @@
 -- lease keep running (they record their own end); the others are recovered by the caller.
 -- Ids whose task is missing, finished or not a hash are dropped from the list.
 -- KEYS[1] listeners set, KEYS[2] queues zset, KEYS[3] listener leases zset, KEYS[4] reserved
--- list, KEYS[5] pending list, KEYS[6] listener index
+-- list, KEYS[5] pending list, KEYS[6] listener index, KEYS[7..9] the rest of the queue's
+-- waiting keys (Keys.waiting)
 -- ARGV[1] listener id, ARGV[2] queue, ARGV[3] task key prefix, ARGV[4] now,
 -- ARGV[5] '1' to release even if someone else removed the listener (own clean stop),
 -- ARGV[6] (optional) a listener claiming the dead one's orphan, as blueque 1.0's claim_orphan:
@@ -45,7 +46,8 @@ for _, id in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do
     redis.call('LREM', KEYS[4], 1, id)
     redis.call('HDEL', task, 'node', 'lease')
     redis.call('HSET', task, 'status', 'pending', 'updated', ARGV[4])
-    redis.call('RPUSH', KEYS[5], id)
+    make_pending({KEYS[5], KEYS[7], KEYS[8], KEYS[9]}, id, redis.call('HGET', task, 'priority'),
+                 true)
     table.insert(requeued, id)
   elseif status == 'started' then
     table.insert(started, id)

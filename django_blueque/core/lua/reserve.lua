@@ -3,11 +3,29 @@
 -- An id whose task key holds something else than a hash, or whose task is not pending, is
 -- dropped (never run) and reported. An id with no hash yet is reserved as blueque 1.0 does
 -- (a producer may push the id before it writes the hash; its HSET leaves node and lease be).
--- KEYS[1] pending list, KEYS[2] the listener's reserved list
+-- Tasks with a priority wait in the prioritized set (see make_pending): its first is taken
+-- before the list's oldest when its priority is above 0, after it otherwise. The wake list
+-- is emptied once the set is, so a listener's peek on it blocks again.
+-- KEYS[1] pending list, KEYS[2] the listener's reserved list, KEYS[3] prioritized set,
+-- KEYS[4] its wake list
 -- ARGV[1] task key prefix, ARGV[2] listener id, ARGV[3] now, ARGV[4] lease token, ARGV[5] queue
 -- Returns false when the queue is empty, {id, 'ok', timeout or ''}, or {id, 'skipped', why}.
 --#include common.lib
-local id = redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
+local first = usable(KEYS[3], 'zset') and redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES') or {}
+local id
+if first[1] and (tonumber(first[2]) < 0 or redis.call('LLEN', KEYS[1]) == 0) then
+  if not usable(KEYS[2], 'list') then
+    return redis.error_reply('cannot reserve from ' .. ARGV[5] .. ': the reserved list of ' .. ARGV[2] .. ' holds the wrong type')
+  end
+  id = first[1]
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('LPUSH', KEYS[2], id)
+else
+  id = redis.call('RPOPLPUSH', KEYS[1], KEYS[2])
+end
+if not first[1] or (id == first[1] and redis.call('ZCARD', KEYS[3]) == 0) then
+  redis.call('DEL', KEYS[4])
+end
 if not id then
   return false
 end
