@@ -77,8 +77,7 @@ class BluequeBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    # A task's priority is recorded with it, but tasks of a queue run in order of arrival.
-    supports_priority = False
+    supports_priority = True  # higher first, then in order of arrival (reserve.lua)
 
     def __init__(self, alias, params):
         super().__init__(alias, params)
@@ -133,7 +132,8 @@ class BluequeBackend(BaseTaskBackend):
             "run_after": task.run_after.isoformat() if task.run_after is not None else None,
         }, f"{task.name}: arguments")
         queue = self.blueque_queue(task.queue_name)
-        policy = engine.policy_fields(**get_settings().policy(queue))
+        policy = {**engine.policy_fields(**get_settings().policy(queue)),
+                  **engine.priority_field(task.priority)}
         protocol = get_client().protocol
         if run_after is not None:
             task_id = protocol.schedule(queue, parameters, run_after.timestamp(), policy)

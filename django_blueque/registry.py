@@ -5,6 +5,7 @@ Parameters travel as a JSON object of the function's arguments by name, so any p
 enqueue with one HSET/LPUSH transaction: ``{"video_id": 42}`` from redis-cli works.
 """
 
+import copy
 import datetime
 import difflib
 import inspect
@@ -68,7 +69,7 @@ class BluequeTask:
     """A function registered as the task of one queue. Calling it runs it inline."""
 
     def __init__(self, func, queue=None, raw=False, retries=None, backoff=None, timeout=None,
-                 retention=None, periodic=None, cron=None):
+                 retention=None, periodic=None, cron=None, priority=None):
         self.func = func
         self.name = f"{func.__module__}.{func.__qualname__}"
         self.queue = queue or self.name
@@ -84,6 +85,8 @@ class BluequeTask:
                                     "name; task arguments travel as a JSON object")
         # validates the numbers now, at import time, not at the first enqueue
         self._policy = engine.policy_fields(retries, backoff, timeout, retention)
+        engine.priority_field(priority)
+        self.priority = priority
         if periodic is not None and cron is not None:
             raise ValueError(f"{self.name}: give periodic= or cron=, not both")
         self.periodic = None
@@ -120,12 +123,20 @@ class BluequeTask:
 
     # -- producing ------------------------------------------------------------------------------
 
-    def policy(self):
-        """The task's retries, backoff, timeout and retention: its decorator options over the
-        queue's and the global settings."""
+    def using(self, *, priority=None):
+        """This task with other options for the calls made through it, as Django's
+        ``Task.using()``: ``encode.using(priority=10).enqueue(video_id=42)``."""
+        engine.priority_field(priority)
+        other = copy.copy(self)
+        other.priority = priority
+        return other
+
+    def task_fields(self):
+        """The task hash's policy fields (retries, backoff, timeout and retention: its
+        decorator options over the queue's and the global settings) and its priority."""
         merged = get_settings().policy(self.queue)
         merged.update(self._policy)
-        return engine.policy_fields(**merged)
+        return {**engine.policy_fields(**merged), **engine.priority_field(self.priority)}
 
     def encode(self, args, kwargs):
         """The wire parameters for a call: checked against the signature and JSON-encoded, or
@@ -165,7 +176,7 @@ class BluequeTask:
         parameters = self.encode(args, kwargs)
         if get_settings().eager:
             return self._run_eagerly(parameters)
-        task_id = get_client().protocol.enqueue(self.queue, [parameters], self.policy())[0]
+        task_id = get_client().protocol.enqueue(self.queue, [parameters], self.task_fields())[0]
         signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
         return task_id
 
@@ -175,7 +186,7 @@ class BluequeTask:
         parameters = self.encode(args, kwargs)
         if get_settings().eager:
             return self._run_eagerly(parameters)
-        task_id = get_client().protocol.schedule(self.queue, parameters, when, self.policy())
+        task_id = get_client().protocol.schedule(self.queue, parameters, when, self.task_fields())
         signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
         return task_id
 
@@ -189,7 +200,7 @@ class BluequeTask:
             if get_settings().eager:
                 self._run_eagerly(parameters, task_id)
                 return
-            get_client().protocol.enqueue(self.queue, [parameters], self.policy(), [task_id])
+            get_client().protocol.enqueue(self.queue, [parameters], self.task_fields(), [task_id])
             signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
 
         transaction.on_commit(write, using=using)
@@ -239,18 +250,19 @@ class BluequeTask:
 
 
 def blueque_task(func=None, *, queue=None, raw=False, retries=None, backoff=None, timeout=None,
-                 retention=None, periodic=None, cron=None):
+                 retention=None, periodic=None, cron=None, priority=None):
     """Register a function as the task of one queue.
 
     ``queue`` defaults to the function's dotted path. ``raw=True`` hands the function the
     Task itself (with its opaque ``parameters`` string), for queues fed by foreign producers.
     ``retries``, ``backoff``, ``timeout`` and ``retention`` override the settings; ``periodic``
     (seconds or timedelta) or ``cron`` makes bq_schedule enqueue it on a schedule.
+    ``priority`` (-100..100, higher first) is the default of ``.using(priority=...)``.
     """
 
     def register(function):
         task = BluequeTask(function, queue, raw, retries, backoff, timeout, retention,
-                           periodic, cron)
+                           periodic, cron, priority)
         existing = _registry.get(task.queue)
         if existing is not None and existing.func is not function:
             if existing.name == task.name:

@@ -73,7 +73,7 @@ def enqueue_periodic(at=None):
             continue
         ids = client.protocol.enqueue_periodic(
             task.queue, latest_due(task.periodic, at),
-            make_task=lambda task=task: (task.encode((), {}), task.policy()))
+            make_task=lambda task=task: (task.encode((), {}), task.task_fields()))
         if ids:
             logger.info("periodic task %s enqueued as %s", task.name, ids[0])
             started.append(ids[0])

@@ -17,9 +17,10 @@ MAX_NAME = 512
 
 PREVIEW_BYTES = 160
 
-_EMPTY = {"llen": 0, "zcard": 0, "scard": 0, "smembers": set(), "zrange": [], "zrevrange": [],
-          "zrevrangebyscore": [], "lindex": None, "hgetall": {}, "lrange": [], "hget": None,
-          "zscore": None, "get": None, "sismember": 0, "pttl": -2, "exists": 0, "sscan": (0, [])}
+_EMPTY = {"llen": 0, "zcard": 0, "zcount": 0, "scard": 0, "smembers": set(), "zrange": [],
+          "zrevrange": [], "zrevrangebyscore": [], "lindex": None, "hgetall": {}, "lrange": [],
+          "hget": None, "zscore": None, "get": None, "sismember": 0, "pttl": -2, "exists": 0,
+          "sscan": (0, [])}
 
 
 class ReaderBase:

@@ -15,7 +15,7 @@ from .base import ReaderBase
 
 ROW_FIELDS = ("status", "queue", "created", "updated", "eta", "node", "pid", "progress",
               "progress_message", "attempts", "retries", "parameters", "error", "error_type",
-              "started", "finished", "cancel_requested")
+              "started", "finished", "cancel_requested", "priority")
 
 QUEUES_PER_PAGE = 100
 """Queues on one dashboard page (and one ``bq_status`` page)."""
@@ -106,10 +106,11 @@ class QueueReaders(ReaderBase):
             calls += [("hgetall", keys.bulk_job(bulk_job_id(action, state, queue)))
                       for action, state in BULK_ACTIONS]
             calls += [("hgetall", keys.throughput(queue, hour)) for hour in hours]
+            calls.append(("zcard", keys.prioritized(queue)))
         calls += [("get", keys.periodic(task.queue)) for task, _next in periodic]
         replies = self.read(calls)
         jobs_end = 8 + len(BULK_ACTIONS)
-        width = jobs_end + len(hours)
+        width = jobs_end + len(hours) + 1
         tasks = registered_tasks()
         stats = []
         for index, queue in enumerate(queues):
@@ -122,9 +123,11 @@ class QueueReaders(ReaderBase):
                                                        strict=True)
                     if fields.get("status") == "running"]
             task = tasks.get(queue)
-            stats.append(QueueStats(queue, names[queue] is not None, list(part[:5]),
+            counts = list(part[:5])
+            counts[1] += part[-1]  # pending: the list's and the prioritized set's
+            stats.append(QueueStats(queue, names[queue] is not None, counts,
                                     task.name if task else None, oldest, listeners, jobs,
-                                    self.now, throughput(self.now, part[jobs_end:])))
+                                    self.now, throughput(self.now, part[jobs_end:-1])))
         last_runs = replies[len(queues) * width:]
         self._fill_listeners(stats)
         # plain values: a template calls what is callable, and a task is
@@ -175,13 +178,16 @@ class QueueReaders(ReaderBase):
         calls = [("zscore", keys.queues, queue), ("zcard", keys.scheduled(queue)),
                  ("llen", keys.pending(queue)), ("scard", keys.started(queue)),
                  ("llen", keys.complete(queue)), ("llen", keys.failed(queue)),
-                 ("smembers", keys.listeners(queue))]
+                 ("smembers", keys.listeners(queue)), ("zcard", keys.prioritized(queue)),
+                 ("zcount", keys.prioritized(queue), "(0", "+inf")]
         calls += [("hgetall", keys.bulk_job(bulk_job_id(action, job_state, queue)))
                   for action, job_state in jobs]
         first = self.read(calls)
         score, counts, members = first[0], first[1:6], sorted(first[6])
+        listed, prioritized, below = counts[1], first[7], first[8]  # below: priority < 0
+        counts[1] += prioritized
         jobs = [BulkJob(action, job_state, queue, fields)
-                for (action, job_state), fields in zip(jobs, first[7:], strict=True)
+                for (action, job_state), fields in zip(jobs, first[9:], strict=True)
                 if fields.get("status") == "running"]
         if score is None and queue not in registered_tasks() and not any(counts):
             return None
@@ -203,9 +209,10 @@ class QueueReaders(ReaderBase):
         pages = max(1, math.ceil(total / per_page))
         page = min(page, pages)
         start, stop = (page - 1) * per_page, page * per_page - 1
-        if state in (k.PENDING, k.COMPLETE, k.FAILED, k.SCHEDULED):
-            key = keys.scheduled(queue) if state == k.SCHEDULED else (
-                keys.pending(queue) if state == k.PENDING else keys.finished(queue, state))
+        if state == k.PENDING:
+            tasks = self._pending_window(queue, listed, prioritized, below, start, stop)
+        elif state in (k.COMPLETE, k.FAILED, k.SCHEDULED):
+            key = keys.scheduled(queue) if state == k.SCHEDULED else keys.finished(queue, state)
             kind = "zset" if state == k.SCHEDULED else "list"
             tasks = self._window(key, kind, start, stop, ROW_FIELDS) if total else []
         else:
@@ -220,6 +227,22 @@ class QueueReaders(ReaderBase):
         return {"counts": counts, "total": total, "page": page, "pages": pages,
                 "per_page": per_page, "tasks": tasks, "known": score is not None,
                 "jobs": jobs, "sampled": sampled, "unreadable": self.unreadable}
+
+    def _pending_window(self, queue, listed, prioritized, below, start, stop):
+        """Pending tasks ``start..stop`` in the reverse of the order they will be taken
+        (newest first, as the other lists): those with a priority under 0, then the pending
+        list, then those with a priority over 0 (see reserve.lua)."""
+        segments = [(self.keys.prioritized(queue), "zset", 0, below),
+                    (self.keys.pending(queue), "list", 0, listed),
+                    (self.keys.prioritized(queue), "zset", below, prioritized)]
+        tasks, offset = [], 0
+        for key, kind, first, end in segments:
+            size = end - first
+            low, high = max(start - offset, 0), min(stop - offset, size - 1)
+            if low <= high:
+                tasks += self._window(key, kind, first + low, first + high, ROW_FIELDS)
+            offset += size
+        return tasks
 
     def _started(self, queue, size):
         """The parsed members of a started set: all of them, or a sample of about

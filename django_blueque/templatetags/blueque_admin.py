@@ -192,6 +192,7 @@ def bq_task_rows(tasks, state, selectable):
     url = _task_urls()
     moment, age, _duration = _times()
     select, missing = gettext("Select task %(id)s"), gettext("(no task)")
+    priority = gettext("priority %(priority)s")
     cancelled = escape(gettext("cancelled"))
     running = state in ("reserved", "started")
     finished = state in ("complete", "failed")
@@ -204,8 +205,12 @@ def bq_task_rows(tasks, state, selectable):
             label = escape(select % {"id": task.id})
             cells.append(f'<td class="action-checkbox"><input type="checkbox" name="ids" '
                          f'value="{task_id}" class="action-select" aria-label="{label}"></td>')
+        badge = ""
+        if get("priority"):
+            badge = (f' <span class="blueque-badge">'
+                     f'{escape(priority % {"priority": get("priority")})}</span>')
         cells.append(f'<th scope="row"><a href="{escape(url(task.id))}"><code>{task_id}</code>'
-                     f"</a></th>")
+                     f"</a>{badge}</th>")
         if running:
             cells.append(f"<td>{escape(get('status') or missing)}</td>")
         updated = get("updated")

@@ -41,8 +41,8 @@ def test_the_dashboard_shows_one_page_of_queues_cheaply(admin, many_queues):
     response = admin.get(url(""))
     assert response.status_code == 200
     sent = calls_delta(before, command_calls(many_queues))
-    assert sum(sent.values()) < 15 * QUEUES_PER_PAGE, sent  # about 11 per queue shown
     overview = response.context["overview"]
+    assert sum(sent.values()) < 15 * len(overview.queues), sent  # about 14 per queue shown
     assert overview.total >= MANY and overview.pages == -(-overview.total // QUEUES_PER_PAGE)
     pinned = len(registered_tasks())  # the registered queues are pinned to page 1
     assert len(overview.queues) <= QUEUES_PER_PAGE + pinned

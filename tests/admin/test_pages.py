@@ -96,6 +96,23 @@ def test_pending_page_and_a_queue_written_by_blueque_1(admin, r, blueque):
     assert "plain &lt;b&gt;text&lt;/b&gt;" in body(response)
 
 
+def test_pending_page_shows_tasks_with_a_priority_in_the_order_they_will_run(admin, blueque):
+    """Newest first, as every list: the reverse of the order a listener takes them."""
+    queue = blueque.get_queue("q")
+    priorities = [None, 5, -5, None, 50, -1, 5] * 9
+    ids = [queue.enqueue(str(n), priority=priority) for n, priority in enumerate(priorities)]
+    # higher priority first, then in order of arrival (a stable sort keeps that order)
+    taken = [ids[n] for n in sorted(range(len(ids)), key=lambda n: -(priorities[n] or 0))]
+    response = admin.get(url("queue/", name="q", state="pending", per_page=25))
+    assert response.context["counts"]["pending"] == 63 and response.context["pages"] == 3
+    shown = [task.id for page in (1, 2, 3) for task in admin.get(
+        url("queue/", name="q", state="pending", per_page=25, p=page)).context["tasks"]]
+    assert shown == taken[::-1]
+    assert "priority 50" in body(admin.get(url("queue/", name="q", state="pending", p=3)))
+    dashboard = {row.name: row for row in admin.get(url("")).context["overview"].queues}
+    assert dashboard["q"].counts["pending"] == 63
+
+
 def test_started_and_reserved_pages_read_the_listeners(admin, blueque):
     running, _ = start_task(blueque, "q", listener="a-host_1", pid=11)
     other, _ = start_task(blueque, "q", listener="b-host_2", pid=22)

@@ -59,6 +59,25 @@ def test_enqueue_writes_plain_json_with_the_protocol_fields(blueque, r):
     assert r.zscore("blueque_queues", "demo.long") == 0
 
 
+def test_using_sets_a_priority_for_its_calls_only_over_the_decorators(blueque, r):
+    @blueque_task(queue="tests.encode", priority=-20)
+    def encode(video_id):
+        pass
+
+    background = encode.enqueue(video_id=1)
+    urgent = encode.using(priority=10).enqueue(video_id=2)
+    plain = encode.using(priority=0).schedule(datetime.timedelta(hours=1), video_id=3)
+    assert encode.priority == -20 and encode.using(priority=10).queue == "tests.encode"
+    assert r.hget(f"blueque_task_{background}", "priority") == "-20"
+    assert r.hget(f"blueque_task_{urgent}", "priority") == "10"
+    assert r.hget(f"blueque_task_{plain}", "priority") is None
+    assert r.zrange("blueque_prioritized_tests.encode", 0, -1) == [urgent, background]
+    with pytest.raises(ValueError, match="priority must be a whole number"):
+        encode.using(priority=500)
+    with pytest.raises(ValueError, match="priority must be a whole number"):
+        blueque_task(queue="tests.bad_priority", priority="high")(lambda: None)
+
+
 def test_positional_arguments_are_sent_by_name(blueque, r):
     task_id = long_task.enqueue(4)
     assert json.loads(r.hget(f"blueque_task_{task_id}", "parameters")) == {"steps": 4}

@@ -273,11 +273,18 @@ def test_a_blueque_task_runs_the_function_of_the_queue_it_was_taken_from(blueque
     assert json.loads(r.hget(f"blueque_task_{task_id}", "result"))["title"] == "from the list"
 
 
-def test_priority_is_refused_until_supported_and_recorded_with_the_task(framework, tasks, r):
-    with pytest.raises(InvalidTask, match="priority"):
-        tasks.add.using(priority=5)
-    result = tasks.add.enqueue(1, 2)
-    assert json.loads(r.hget(f"blueque_task_{result.id}", "parameters"))["priority"] == 0
+def test_the_highest_priority_runs_first_and_is_kept_with_the_task(framework, tasks, r):
+    low = tasks.add.using(priority=-10).enqueue(1, 1)
+    plain = tasks.add.enqueue(2, 2)
+    high = tasks.add.using(priority=50).enqueue(3, 3)
+    assert r.hget(f"blueque_task_{high.id}", "priority") == "50"
+    assert r.hget(f"blueque_task_{plain.id}", "priority") is None  # blueque 1.0's pending list
+    burst(framework)
+    for result in (low, plain, high):
+        result.refresh()
+        assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
+    assert high.started_at < plain.started_at < low.started_at
+    assert (high.task.priority, low.task.priority) == (50, -10)
 
 
 def test_a_queue_name_with_a_space_is_refused_at_enqueue(framework, settings, tasks, r):

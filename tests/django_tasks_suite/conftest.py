@@ -8,9 +8,6 @@ import pytest
 # own behaviour; each is checked the other way round in tests/django_app/test_tasks_backend.py
 # or explained in README.md.
 DESELECTED = {
-    "test_tasks.py::TaskTestCase::test_using_priority": "priority",
-    "test_tasks.py::TaskTestCase::test_chained_using": "priority",
-    "test_tasks.py::TaskTestCase::test_invalid_priority": "priority",
     "test_immediate_backend.py::ImmediateBackendTestCase::test_throws_keyboard_interrupt":
         "a KeyboardInterrupt raised in the worker cannot reach the enqueuing process",
     "test_immediate_backend.py::ImmediateBackendTestCase::test_cannot_get_result":
