@@ -157,12 +157,9 @@ class BluequeBackend(BaseTaskBackend):
     def result_of(self, found, task):
         """The TaskResult a Blueque task reads as."""
         payload = json.loads(found.parameters)
-        errors = []
-        if found.status == k.FAILED or (found.last_error is not None and found.error_type):
-            # failed, or failed and waiting for its retry
-            errors.append(TaskError(exception_class_path=self.exception_path(found.error_type),
-                                    traceback=found.traceback or
-                                    f"{found.error_type}: {found.error or found.last_error}"))
+        errors = [TaskError(exception_class_path=self.exception_path(error["type"]),
+                            traceback=error["traceback"] or f"{error['type']}: {error['message']}")
+                  for error in found.errors]  # one per failed run, oldest first
         result = TaskResult(
             task=task, id=found.id, status=STATUSES.get(found.status, TaskResultStatus.READY),
             enqueued_at=_time(found.created), started_at=_time(found.started),

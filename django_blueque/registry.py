@@ -87,6 +87,7 @@ class BluequeTask:
         self._policy = engine.policy_fields(retries, backoff, timeout, retention)
         engine.priority_field(priority)
         self.priority = priority
+        self._unique = {}  # unique_key and unique_until, set by using()
         if periodic is not None and cron is not None:
             raise ValueError(f"{self.name}: give periodic= or cron=, not both")
         self.periodic = None
@@ -123,12 +124,16 @@ class BluequeTask:
 
     # -- producing ------------------------------------------------------------------------------
 
-    def using(self, *, priority=None):
+    def using(self, *, priority=None, unique_key=None, unique_until=None):
         """This task with other options for the calls made through it, as Django's
-        ``Task.using()``: ``encode.using(priority=10).enqueue(video_id=42)``."""
+        ``Task.using()``: ``encode.using(priority=10).enqueue(video_id=42)``. With a
+        ``unique_key``, enqueue returns the id of the task of this queue already waiting with
+        that key (or running, with ``unique_until="end"``), if any, and writes nothing; a
+        higher priority raises the waiting task's."""
         engine.priority_field(priority)
         other = copy.copy(self)
-        other.priority = priority
+        other.priority = priority if priority is not None else self.priority
+        other._unique = engine.unique_fields(unique_key, unique_until)
         return other
 
     def task_fields(self):
@@ -136,7 +141,8 @@ class BluequeTask:
         decorator options over the queue's and the global settings) and its priority."""
         merged = get_settings().policy(self.queue)
         merged.update(self._policy)
-        return {**engine.policy_fields(**merged), **engine.priority_field(self.priority)}
+        return {**engine.policy_fields(**merged), **engine.priority_field(self.priority),
+                **self._unique}
 
     def encode(self, args, kwargs):
         """The wire parameters for a call: checked against the signature and JSON-encoded, or
@@ -176,9 +182,8 @@ class BluequeTask:
         parameters = self.encode(args, kwargs)
         if get_settings().eager:
             return self._run_eagerly(parameters)
-        task_id = get_client().protocol.enqueue(self.queue, [parameters], self.task_fields())[0]
-        signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
-        return task_id
+        return self._write(parameters, lambda new_id: get_client().protocol.enqueue(
+            self.queue, [parameters], self.task_fields(), [new_id])[0])
 
     def schedule(self, eta, *args, **kwargs):
         """Run the task at ``eta`` (aware datetime, timedelta from now, or Unix time)."""
@@ -186,13 +191,24 @@ class BluequeTask:
         parameters = self.encode(args, kwargs)
         if get_settings().eager:
             return self._run_eagerly(parameters)
-        task_id = get_client().protocol.schedule(self.queue, parameters, when, self.task_fields())
-        signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
+        return self._write(parameters, lambda new_id: get_client().protocol.schedule(
+            self.queue, parameters, when, self.task_fields(), new_id))
+
+    def _write(self, parameters, write):
+        """``write(new id)`` the task; signal it unless a unique task of the same key was
+        waiting already (its id is returned and nothing was written)."""
+        new_id = str(uuid.uuid4())
+        task_id = write(new_id)
+        if task_id == new_id:
+            signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
         return task_id
 
     def enqueue_on_commit(self, *args, using=None, **kwargs):
         """Enqueue when the current transaction of database ``using`` commits (nothing on
         rollback); returns the task's id at once, so a view can link to it."""
+        if self._unique:
+            raise ValueError(f"{self.name}: a unique task cannot be enqueued on commit (its id "
+                             "is only known once its key is checked): call enqueue() then")
         parameters = self.encode(args, kwargs)
         task_id = str(uuid.uuid4())
 

@@ -7,7 +7,7 @@ from .conf import get_client, get_settings
 from .core import Task
 from .core.keys import FINISHED
 from .core.protocol import now
-from .core.values import error_fields
+from .core.values import error_code, error_fields
 
 _eager_tasks = {}
 
@@ -91,6 +91,8 @@ def record_eager(task, status, result=None, error=None):
     if status == "complete":
         fields["result"] = result
     else:
-        fields.update(zip(("error", "error_type", "traceback"), error_fields(error),
-                          strict=True))
+        message, kind, trace = error_fields(error)
+        fields.update(error=message, error_type=kind, traceback=trace, errors=json.dumps([{
+            "type": kind, "message": message, "code": error_code(error), "time": float(stamp),
+            "node": "", "attempt": 1, "traceback": trace}]))
     _eager_tasks[task.id] = Task(task.id, fields)

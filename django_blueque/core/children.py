@@ -16,7 +16,7 @@ import redis
 from . import keys as k
 from .outages import is_transient
 from .task_process import TaskProcess, encode_result
-from .values import error_fields, positive_seconds
+from .values import error_code, error_fields, positive_seconds
 
 logger = logging.getLogger("django_blueque.listener")
 task_logger = logging.getLogger("django_blueque.task")
@@ -55,7 +55,7 @@ class TaskProcesses:
                 try:
                     value = encode_result(self._callback(task))
                 except BaseException as exc:
-                    processor.fail(*error_fields(exc))
+                    processor.fail(*error_fields(exc), error_code=error_code(exc))
                 else:
                     processor.complete(value)
         except BaseException:

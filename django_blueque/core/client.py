@@ -21,7 +21,7 @@ from .maintenance import process_running
 from .orphans import dead_local_listeners
 from .outages import Outage
 from .protocol import HEARTBEAT_TTL, LEASE_TTL, Protocol, check_wire_value, new_token
-from .values import parse_number
+from .values import parse_errors, parse_number
 
 logger = logging.getLogger("django_blueque.engine")
 
@@ -72,8 +72,24 @@ def priority_field(priority):
     return {"priority": priority} if priority else {}
 
 
-def _fields(priority, policy):
-    return {**policy_fields(**policy), **priority_field(priority)}
+def unique_fields(unique_key=None, unique_until=None):
+    """The task-hash fields of a unique task: none without a key. While a task holding
+    ``unique_key`` waits in its queue (or runs, with ``unique_until='end'``), enqueueing
+    another with that key writes nothing and returns the holder's id (see enqueue.lua)."""
+    if unique_key is None:
+        if unique_until is not None:
+            raise ValueError("unique_until needs a unique_key")
+        return {}
+    if not isinstance(unique_key, str) or not unique_key:
+        raise ValueError(f"unique_key must be a non-empty string, not {unique_key!r}")
+    if unique_until not in (None, *k.UNIQUE_UNTIL):
+        raise ValueError(f"unique_until must be one of {k.UNIQUE_UNTIL}, not {unique_until!r}")
+    return {"unique_key": unique_key, "unique_until": unique_until or k.UNIQUE_UNTIL[0]}
+
+
+def _fields(priority, policy, unique_key=None, unique_until=None):
+    return {**policy_fields(**policy), **priority_field(priority),
+            **unique_fields(unique_key, unique_until)}
 
 
 class Client:
@@ -135,21 +151,25 @@ class Queue:
         self._protocol = client.protocol
         self.name = name
 
-    def enqueue(self, parameters, priority=None, **policy):
+    def enqueue(self, parameters, priority=None, unique_key=None, unique_until=None, **policy):
         """Add a task; returns its id. Keyword arguments: priority (-100..100, higher first;
-        see priority_field), retries, backoff, timeout, retention."""
+        see priority_field), unique_key and unique_until (see unique_fields: the id returned
+        is then the waiting task's, if one holds the key), retries, backoff, timeout,
+        retention."""
         return self._protocol.enqueue(self.name, [parameters],
-                                      _fields(priority, policy))[0]
+                                      _fields(priority, policy, unique_key, unique_until))[0]
 
     def enqueue_many(self, parameters_list, priority=None, **policy):
         """Add many tasks in one round trip; returns their ids in order."""
         return self._protocol.enqueue(self.name, list(parameters_list),
                                       _fields(priority, policy))
 
-    def schedule(self, parameters, eta, priority=None, **policy):
-        """Add a task to run at ``eta`` (Unix time, aware datetime or timedelta)."""
+    def schedule(self, parameters, eta, priority=None, unique_key=None, unique_until=None,
+                 **policy):
+        """Add a task to run at ``eta`` (Unix time, aware datetime or timedelta); keyword
+        arguments as enqueue's."""
         return self._protocol.schedule(self.name, parameters, to_timestamp(eta),
-                                       _fields(priority, policy))
+                                       _fields(priority, policy, unique_key, unique_until))
 
     def enqueue_due_tasks(self):
         """Move this queue's due scheduled tasks to the queue; returns their ids. Due by this
@@ -203,8 +223,15 @@ class Task:
     def exists(self):
         return bool(self.fields)
 
+    @property
+    def errors(self):
+        """Every failed run's error, oldest first: dicts of ERROR_FIELDS (see parse_errors)."""
+        return parse_errors(self.fields)
+
 
 for _name in k.PROTOCOL_FIELDS + k.EXTENSION_FIELDS:
+    if _name == "errors":
+        continue
     setattr(Task, _name, property(lambda task, name=_name: task._field(name),
                                   doc=f"The task's {_name!r} field."))
 del _name
@@ -363,10 +390,11 @@ class Processor:
     def complete(self, result):
         return self._finish(k.COMPLETE, result)
 
-    def fail(self, error, error_type="", traceback="", retryable=True):
-        return self._finish(k.FAILED, error, error_type, traceback, retryable)
+    def fail(self, error, error_type="", traceback="", retryable=True, error_code=""):
+        return self._finish(k.FAILED, error, error_type, traceback, retryable, error_code)
 
-    def _finish(self, outcome, value, error_type="", traceback="", retryable=True):
+    def _finish(self, outcome, value, error_type="", traceback="", retryable=True,
+                error_code=""):
         check_wire_value("result" if outcome == k.COMPLETE else "error", value)
         if self._running is not None:
             self._running.finished.set()
@@ -375,4 +403,4 @@ class Processor:
         return self._protocol.finish(
             self._queue, self._task_id, listener_id=self._listener_id, pid=self._pid,
             token=self._token, outcome=outcome, value=value, error_type=error_type,
-            traceback=traceback, retryable=retryable)
+            traceback=traceback, error_code=error_code, retryable=retryable)

@@ -52,7 +52,19 @@ EXTENSION_FIELDS = (
     "last_error",        # error of the previous attempt, kept while a retry is scheduled
     "cancel_requested",  # time.time() a cancellation of a reserved or started task was asked
     "priority",          # -100..100, higher first; a task with one (not 0) waits in `prioritized`
+    "unique_key",        # the key no other waiting task of the queue may hold (see `unique`)
+    "unique_until",      # 'start' (the key is free once the task starts) or 'end'
+    "errors",            # JSON list of every failed run's error, oldest first (see ERROR_FIELDS)
 )
+
+UNIQUE_UNTIL = ("start", "end")
+"""When a unique task frees its key: when it starts (the default) or when it ends."""
+
+ERROR_FIELDS = ("type", "message", "code", "time", "node", "attempt", "traceback")
+"""The fields of one entry of a task's ``errors`` list (finish.lua writes them)."""
+
+ERRORS_KEPT = 100
+"""Most entries a task's ``errors`` list keeps (the oldest go first)."""
 
 PRIORITIES = range(-100, 101)
 """Django's Tasks framework's range of priorities; 0, the default, is blueque 1.0's order."""
@@ -157,6 +169,12 @@ class Keys:
         of taking (common.lib's make_pending). blueque 1.0 never reads it: tasks without a
         priority stay in the pending list, where 1.0 puts them."""
         return self._key("prioritized", queue)
+
+    def unique(self, queue):
+        """HASH: unique key -> id of the task holding it, while it waits (or runs, with
+        ``unique_until`` 'end'). An entry whose task no longer holds it is free (enqueue.lua
+        checks the task), so a task deleted or run by blueque 1.0 never blocks its key."""
+        return self._key("unique", queue)
 
     def priority_sequence(self, queue):
         """STRING: a counter that orders the prioritized tasks of one priority (first in,

@@ -74,37 +74,34 @@ class Protocol(UpkeepOperations):
 
     # -- producers -------------------------------------------------------------------------
 
-    def _write_task(self, pipe, queue, status, parameters, extra, task_id=None):
-        task_id = task_id or new_task_id()
-        stamp = encode_time(now())
-        fields = {"status": status, "queue": queue, "parameters": parameters,
-                  "created": stamp, "updated": stamp}
-        fields.update({name: str(value) for name, value in extra.items() if value is not None})
-        pipe.hset(self.keys.task(task_id), mapping=fields)
-        pipe.zincrby(self.keys.queues, 0, queue)
-        return task_id
-
-    def enqueue(self, queue, parameters_list, extra=None, task_ids=None, pipe=None):
+    def enqueue(self, queue, parameters_list, extra=None, task_ids=None, pipe=None,
+                status=k.PENDING):
         """HSET task ...; ZINCRBY queues 0 Q; LPUSH pending id -- for each parameters string,
         atomically, in one script call per ENQUEUE_BATCH tasks (several calls go in one MULTI).
         ``task_ids`` lets a caller choose the ids (to hand one out before the task is written);
-        with ``pipe`` (a transaction the caller executes) the calls join it."""
+        with ``pipe`` (a transaction the caller executes) the calls join it. With a
+        ``unique_key`` in ``extra`` (one task, no pipe), returns the id of the task already
+        holding that key, if any, having written nothing (see enqueue.lua)."""
         for parameters in parameters_list:
             check_wire_value("parameters", parameters)
+        extra = {name: str(value) for name, value in (extra or {}).items() if value is not None}
+        if "unique_key" in extra and (len(parameters_list) != 1 or pipe is not None):
+            raise ValueError("a unique_key names one task: enqueue it alone, not in a batch")
         ids = [task_id or new_task_id() for task_id in task_ids or [None] * len(parameters_list)]
-        extras = [item for name, value in (extra or {}).items() if value is not None
-                  for item in (name, str(value))]
-        head = [queue, self._task_prefix, k.PENDING, encode_time(now()), len(extras) // 2,
-                *extras]
-        keys = [self.keys.queues, *self.keys.waiting(queue)]
+        head = [queue, self._task_prefix, status, encode_time(now()), UNLIST_WINDOW,
+                len(extra), *(item for pair in extra.items() for item in pair)]
+        keys = [self.keys.queues, *self.keys.waiting(queue), self.keys.scheduled(queue),
+                self.keys.due_queues, self.keys.unique(queue)]
         calls = [head + [item for pair in zip(ids[start:start + ENQUEUE_BATCH],
                                               parameters_list[start:start + ENQUEUE_BATCH],
                                               strict=True) for item in pair]
                  for start in range(0, len(ids), ENQUEUE_BATCH)]
         script = self.script("enqueue")
         if pipe is None and len(calls) == 1:
-            script(keys=keys, args=calls[0])
-            return ids
+            holder, indexed = script(keys=keys, args=calls[0])
+            if not indexed:  # the task is written: the sweep will index it
+                self.broken_index(self.keys.due_queues, mend=False)
+            return [holder] if holder else ids
         own = pipe is None
         pipe = self.redis.pipeline() if own else pipe
         for args in calls:
@@ -115,24 +112,13 @@ class Protocol(UpkeepOperations):
         return ids
 
     def schedule(self, queue, parameters, eta, extra=None, task_id=None):
-        """MULTI; HSET task ... eta E; ZINCRBY queues 0 Q; ZADD scheduled E id; EXEC.
-        An eta in the past is a plain enqueue, as in blueque 1.0."""
-        check_wire_value("parameters", parameters)
+        """MULTI; HSET task ... eta E; ZINCRBY queues 0 Q; ZADD scheduled E id; EXEC, as one
+        script (enqueue.lua). An eta in the past is a plain enqueue, as in blueque 1.0."""
         eta = float(eta)
         if eta < now():
             return self.enqueue(queue, [parameters], extra, [task_id])[0]
-        with self.redis.pipeline() as pipe:
-            fields = dict(extra or {}, eta=encode_time(eta))
-            task_id = self._write_task(pipe, queue, k.SCHEDULED, parameters, fields, task_id)
-            pipe.zadd(self.keys.scheduled(queue), {task_id: eta})
-            pipe.zadd(self.keys.due_queues, {queue: eta}, lt=True)
-            *written, indexed = pipe.execute(raise_on_error=False)
-        for reply in written:
-            if isinstance(reply, Exception):
-                raise reply
-        if isinstance(indexed, Exception):  # the task is written: the sweep will index it
-            self.broken_index(self.keys.due_queues, mend=False)
-        return task_id
+        return self.enqueue(queue, [parameters], dict(extra or {}, eta=encode_time(eta)),
+                            [task_id], status=k.SCHEDULED)[0]
 
     # -- listeners -------------------------------------------------------------------------
 
@@ -216,7 +202,7 @@ class Protocol(UpkeepOperations):
         started = self.script("start")(
             keys=[self.keys.task(task_id), self.keys.started(queue), self.keys.lease(task_id),
                   self.keys.reserved(queue, listener_id), self.keys.failed(queue),
-                  self.keys.lease_expiries],
+                  self.keys.lease_expiries, self.keys.unique(queue)],
             args=[task_id, self.keys.started_member(listener_id, pid, task_id), pid, token,
                   encode_time(now()), int(lease_ttl * 1000), listener_id])
         if isinstance(started, list):
@@ -224,13 +210,15 @@ class Protocol(UpkeepOperations):
         return started
 
     def finish(self, queue, task_id, *, listener_id, pid, token, outcome, value,
-               error_type="", traceback="", retryable=True, policy=None, lapsed_only=False):
+               error_type="", traceback="", error_code="", retryable=True, policy=None,
+               lapsed_only=False):
         """blueque 1.0's complete or fail transaction (LREM reserved; SREM started; HSET task;
         LPUSH complete|failed), guarded by the token, applying the retry policy on failure.
         ``outcome``: 'complete', 'failed', or 'requeue' (the run never began: back to the
         queue, the attempt not counted). ``policy``: the queue's defaults (retries, backoff,
         retention) for the fields a task hash lacks. ``lapsed_only``: the reaper's recovery,
-        refused if the task's lease is held again.
+        refused if the task's lease is held again. A failure, retried or not, is appended to
+        the task's ``errors`` (with ``error_code``: the exception's ``code``, see values.py).
         Returns 'complete', 'failed', 'retry', 'requeued' or 'stale'."""
         check_wire_value("result" if outcome == k.COMPLETE else "error", value)
         policy = policy or {}
@@ -242,13 +230,14 @@ class Protocol(UpkeepOperations):
                   self.keys.failed(queue), self.keys.scheduled(queue), self.keys.pending(queue),
                   self.keys.throughput(queue, hour), self.keys.due_queues,
                   self.keys.lease_expiries, self.keys.expiring_queues,
-                  *self.keys.waiting(queue)[1:]],
+                  *self.keys.waiting(queue)[1:], self.keys.unique(queue)],
             args=[task_id, token or "", self.keys.started_member(listener_id or "", pid or "",
                                                                    task_id),
                   encode_time(stamp), outcome, value, error_type or "", traceback or "",
                   "1" if retryable else "0", _optional(policy.get("retention")),
                   "1" if lapsed_only else "0", _optional(policy.get("retries")),
-                  _optional(policy.get("backoff")), second // 60, k.THROUGHPUT_KEEP, queue])
+                  _optional(policy.get("backoff")), second // 60, k.THROUGHPUT_KEEP, queue,
+                  error_code or "", k.ERRORS_KEPT])
 
     def renew_lease(self, task_id, token, lease_ttl=LEASE_TTL):
         """Extend a running task's lease. Returns ``(held, cancel requested)``."""
@@ -271,7 +260,7 @@ class Protocol(UpkeepOperations):
             return None
         return self.script("cancel")(
             keys=[self.keys.task(task_id), self.keys.pending(queue), self.keys.scheduled(queue),
-                  self.keys.failed(queue), self.keys.prioritized(queue)],
+                  self.keys.failed(queue), self.keys.prioritized(queue), self.keys.unique(queue)],
             args=[task_id, encode_time(now()), self.keys.cancels(""), UNLIST_WINDOW])
 
     def retry(self, queue, task_id):

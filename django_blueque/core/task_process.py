@@ -22,7 +22,7 @@ from .client import Task
 from .context import RunningTask, StopRequested, set_current_task
 from .lease import LeaseKeeper
 from .outages import Outage, is_transient
-from .values import error_fields, positive_seconds
+from .values import error_code, error_fields, positive_seconds
 
 logger = logging.getLogger("django_blueque.task")
 
@@ -89,6 +89,7 @@ class TaskProcess:
         running = RunningTask(self.protocol, task, token, timeout, queue)
         set_current_task(running)
         keeper.keep(running, parent_pid, own_process=True)
+        code = ""  # the exception's code attribute, for the error history
         try:
             value = encode_result(self.callback(task))
             outcome, error_type, trace = k.COMPLETE, "", ""
@@ -106,11 +107,12 @@ class TaskProcess:
         except BaseException as exc:
             outcome = k.FAILED
             value, error_type, trace = error_fields(exc)
+            code = error_code(exc)
             logger.error("task %s failed: %s", task.id, value, exc_info=True)
         recorded = record_end(running, lambda: self.protocol.finish(
             queue, task.id, listener_id=self.listener_id, pid=os.getpid(), token=token,
             outcome=outcome, value=value, error_type=error_type, traceback=trace,
-            retryable=error_type != k.CANCELLED, policy=policy))
+            error_code=code, retryable=error_type != k.CANCELLED, policy=policy))
         if recorded == "stale":
             logger.warning("task %s: its end was not recorded: the task was recovered "
                            "elsewhere while this run went on (see the lease)", task.id)

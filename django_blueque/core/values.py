@@ -2,8 +2,11 @@
 parsed leniently from what Redis holds (anyone may have written it), and an exception as the
 error fields of a task hash. Standard library only, like the rest of the engine."""
 
+import json
 import math
 import traceback
+
+from .keys import ERROR_FIELDS
 
 
 def parse_number(value, kind=float):
@@ -33,3 +36,35 @@ def error_fields(exc):
     kind = type(exc)
     qualified = f"{kind.__module__}.{kind.__qualname__}"
     return str(exc) or kind.__name__, qualified, "".join(traceback.format_exception(exc))
+
+
+def error_code(exc):
+    """The ``code`` attribute of an exception (Django's ValidationError, an HTTP error...) as
+    a string, or '' when it has none (an error history entry's ``code``)."""
+    code = getattr(exc, "code", None)
+    if code is None or isinstance(code, bool) or not isinstance(code, (str, int)):
+        return ""
+    return str(code)
+
+
+def parse_errors(fields):
+    """A task's error history from its hash: one dict per failed run (ERROR_FIELDS), oldest
+    first. A task failed before the history existed (or by blueque 1.0) reads as its one
+    recorded error; a history someone else garbled reads as empty rather than raising."""
+    raw = fields.get("errors")
+    if raw is None:
+        message = fields.get("error") or fields.get("last_error")
+        if message is None:
+            return []
+        return [{"type": fields.get("error_type") or "", "message": message, "code": "",
+                 "time": finite_number(fields.get("finished") or fields.get("updated")),
+                 "node": fields.get("node") or "", "attempt": parse_number(
+                     fields.get("attempts"), int), "traceback": fields.get("traceback") or ""}]
+    try:
+        entries = json.loads(raw)
+    except ValueError:
+        return []
+    if not isinstance(entries, list):
+        return []
+    return [{name: entry.get(name) for name in ERROR_FIELDS}
+            for entry in entries if isinstance(entry, dict)]

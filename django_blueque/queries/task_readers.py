@@ -16,7 +16,7 @@ LISTENER_QUEUES = 1000
 """Most queues the listeners page reads: those blueque_queues counts listeners on (its score,
 which blueque 1.0's and our listeners raise by one each), plus the registered ones."""
 
-TEXT_FIELDS = ("parameters", "result", "error", "traceback", "last_error")
+TEXT_FIELDS = ("parameters", "result", "error", "traceback", "last_error", "errors")
 TEXT_BYTES = 1_000_000
 """A long text field (parameters, result, error...) is cut past this many bytes on its page."""
 FIELD_BYTES = 2000

@@ -14,7 +14,7 @@ from .. import actions
 from ..conf import get_client
 from ..core import keys as k
 from ..core.bulk import BULK_ACTIONS
-from ..core.values import finite_number
+from ..core.values import finite_number, parse_errors
 from ..mount import page_url
 from ..queries import MAX_NAME, TEXT_BYTES, TEXT_FIELDS, Reader
 from ..rows import STATES, group_listeners, pretty
@@ -104,6 +104,23 @@ def queue(request):
 
 
 
+def error_events(task):
+    """The timeline's entries of a task's failed runs (its error history; the admin reads it
+    from the text it was given, which a history cut at TEXT_BYTES does not parse: no entry)."""
+    events = []
+    for number, error in enumerate(parse_errors(task.fields), 1):
+        time = finite_number(error["time"])
+        if time is None:
+            continue
+        label = _("run %(attempt)s failed: %(type)s: %(message)s") % {
+            "attempt": error["attempt"] or number, "type": error["type"] or "?",
+            "message": str(error["message"] or "")[:200]}
+        if error["code"]:
+            label += " " + _("(code %(code)s)") % {"code": error["code"]}
+        events.append({"name": f"error-{number}", "label": label, "time": time})
+    return events
+
+
 def _task_page(request, task_id):
     reader = Reader(get_client())
     polled = bool(request.GET.get("live"))
@@ -127,9 +144,9 @@ def _task_page(request, task_id):
         else:
             rows.append({"name": name, "value": value, "size": size,
                          "time": finite_number(value) if name in TIME_FIELDS else None})
-    timeline = sorted(({"name": name, "label": label, "time": times[name]}
-                       for name, label in TIME_FIELDS.items() if times[name] is not None),
-                      key=lambda event: event["time"])
+    timeline = sorted([{"name": name, "label": label, "time": times[name]}
+                       for name, label in TIME_FIELDS.items() if times[name] is not None]
+                      + error_events(task), key=lambda event: event["time"])
     try:
         live_url = page_url("blueque:task", args=[task_id]) + "?live=1"
     except NoReverseMatch:  # an id no URL path can hold: the page is not followed live

@@ -157,7 +157,29 @@ def test_task_page_shows_every_field(admin, blueque, r):
     assert "from a newer producer" in page
     labels = [str(event["label"]) for event in response.context["timeline"]]
     assert labels[0] == "created"
-    assert set(labels) == {"created", "started (this run)", "last update", "finished"}
+    # and the failed run, from the task's error history
+    assert set(labels) == {"created", "started (this run)", "last update", "finished",
+                           "run 1 failed: builtins.RuntimeError: it broke"}
+
+
+def test_task_page_shows_each_failed_run_and_the_unique_key(admin, blueque, r):
+    proto = blueque.protocol
+    task_id = blueque.get_queue("q").enqueue("x", retries=1, unique_key="video-42",
+                                             unique_until="end")
+    for attempt, code in ((1, "E1"), (2, "")):
+        proto.reserve("q", "node-1_4242", "tok")
+        proto.start("q", task_id, "node-1_4242", 4343, "tok")
+        proto.finish("q", task_id, listener_id="node-1_4242", pid=4343, token="tok",
+                     outcome="failed", value=f"run {attempt} broke",
+                     error_type="builtins.ValueError", error_code=code)
+    response = admin.get(url(f"tasks/{task_id}/"))
+    labels = [str(event["label"]) for event in response.context["timeline"]]
+    failures = [label for label in labels if "failed" in label]
+    assert failures == ["run 1 failed: builtins.ValueError: run 1 broke (code E1)",
+                        "run 2 failed: builtins.ValueError: run 2 broke"]
+    page = body(response)
+    assert "<code>unique_key</code>" in page and "video-42" in page
+    assert 'id="field-errors"' in page  # the history itself, as JSON
 
 
 def test_task_page_shows_text_parameters_verbatim_and_the_result(admin, blueque):

@@ -12,6 +12,7 @@ applied in this order:
     "until_stopped": KEY         loop until current_task().should_stop(), then RPUSH KEY "stopped"
     "mark": KEY                  RPUSH KEY "done" after the waits (shows the code ran to the end)
     "raise": MESSAGE             raise ValueError(MESSAGE)
+    "fail_before": N             raise CodedError (code "E<attempt>") on the attempts before N
     "return": VALUE              return VALUE (any JSON value)
     "return_object": true        return object() (which JSON cannot encode)
 
@@ -29,6 +30,14 @@ from django_blueque.core import current_task
 
 RUNS_KEY = "core_test_runs"
 URL = None  # set by runner_script.py before the runner starts; the forked children inherit it
+
+
+class CodedError(Exception):
+    """An exception with a ``code`` attribute, as Django's ValidationError has."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
 
 
 def directives(parameters):
@@ -82,6 +91,8 @@ def callback(task):
             conn.decr(counter)
     if "raise" in todo:
         raise ValueError(todo["raise"])
+    if running.attempt < todo.get("fail_before", 0):
+        raise CodedError(f"attempt {running.attempt} failed", code=f"E{running.attempt}")
     if todo.get("return_object"):
         return object()
     if "return" in todo:

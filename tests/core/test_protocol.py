@@ -114,8 +114,9 @@ def test_schedule_in_the_future(client, r):
     assert r.zrange("blueque_scheduled_tasks_q", 0, -1, withscores=True) == [(task_id, eta)]
     assert not r.exists("blueque_pending_tasks_q")
     assert r.zscore("blueque_queues", "q") == 0.0
-    # blueque 1.0's row, plus one ZADD keeping the due index (queue -> earliest eta)
-    assert sent == {"multi": 1, "hset": 1, "zincrby": 1, "zadd": 2, "exec": 1}
+    # blueque 1.0's row as one script (its writes, the TYPE checks of the keys it writes),
+    # plus one ZADD keeping the due index (queue -> earliest eta)
+    assert sent == {"evalsha": 1, "type": 4, "hset": 1, "zincrby": 1, "zadd": 2}
     assert r.zscore("blueque_due_queues", "q") == eta
 
 

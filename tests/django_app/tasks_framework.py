@@ -43,3 +43,11 @@ def where_am_i(context):
 
 def not_a_task():
     return "a plain function"
+
+
+@task(queue_name="other", takes_context=True)
+def fails_twice(context):
+    """Fails on its first two runs (its test allows two retries)."""
+    if context.attempt < 3:
+        raise ValueError(f"run {context.attempt} failed")
+    return context.attempt

@@ -47,6 +47,11 @@ def test_flaky_task_is_retried_with_backoff_until_it_succeeds(listener):
     assert result.result == {"attempt": 3}
     assert result.attempts == 3
     assert result.last_error == "attempt 2 failed"
+    # both failed runs are kept, oldest first (issue 14's error history)
+    assert [(error["attempt"], error["type"], error["message"]) for error in result.errors] == [
+        (1, "builtins.RuntimeError", "attempt 1 failed"),
+        (2, "builtins.RuntimeError", "attempt 2 failed")]
+    assert result.errors[0]["time"] < result.errors[1]["time"] < result.finished
 
 
 def test_scheduled_task_runs_after_its_eta(listener):
@@ -99,3 +104,28 @@ def test_result_of_none_and_dict_are_stored_as_json(listener):
     result = get_result(long_task.enqueue(steps=0, delay=0))
     assert result.wait(timeout=30).raw_result == json.dumps({"steps": 0, "seconds": 0},
                                                             separators=(",", ":"))
+
+
+def test_a_unique_task_is_enqueued_once_while_it_waits(blueque, r):
+    """``.using(unique_key=...)``: the second enqueue returns the waiting task's id, writes
+    nothing and sends no task_enqueued signal; the task page shows the key."""
+    from django_blueque import signals
+
+    seen = []
+
+    def receiver(sender, task_id, **kwargs):
+        seen.append(task_id)
+
+    signals.task_enqueued.connect(receiver)
+    try:
+        first = report.using(unique_key="daily").enqueue(title="a")
+        again = report.using(unique_key="daily", priority=5).enqueue(title="b")
+    finally:
+        signals.task_enqueued.disconnect(receiver)
+    assert again == first and seen == [first]
+    fields = r.hgetall(f"blueque_task_{first}")
+    assert (fields["unique_key"], fields["unique_until"], fields["priority"]) == (
+        "daily", "start", "5")
+    assert json.loads(fields["parameters"]) == {"title": "a"}
+    with pytest.raises(ValueError, match="cannot be enqueued on commit"):
+        report.using(unique_key="daily").enqueue_on_commit(title="c")

@@ -220,7 +220,9 @@ def payload(path, **changes):
 def test_an_error_type_naming_a_foreign_module_is_not_imported(framework, r, tasks):
     failing = tasks.explode.enqueue("boom")
     burst(framework)
-    r.hset(f"blueque_task_{failing.id}", "error_type", "evil_module.Error")
+    key = f"blueque_task_{failing.id}"
+    history = json.loads(r.hget(key, "errors"))
+    r.hset(key, "errors", json.dumps([dict(history[0], type="evil_module.Error")]))
     failing.refresh()
     assert failing.errors[0].exception_class is Exception
     assert "evil_module" not in sys.modules
@@ -301,3 +303,16 @@ def test_bad_options_are_a_check_error(framework, settings, options):
 
     settings.TASKS = {"default": {"BACKEND": BACKEND, "OPTIONS": options}}
     assert [error.id for error in task_backends["default"].check()] == ["blueque.E021"]
+
+
+def test_every_failed_run_is_an_error_of_the_result_oldest_first(framework, tasks, settings):
+    # the enqueuing process writes its queue's retry policy into the task
+    settings.BLUEQUE = {**settings.BLUEQUE,
+                        "QUEUES": {"django.tasks.other": {"RETRIES": 2, "BACKOFF": 0}}}
+    result = tasks.fails_twice.enqueue()
+    burst(framework)
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
+    assert [error.exception_class for error in result.errors] == [ValueError, ValueError]
+    assert ["run 1 failed" in result.errors[0].traceback,
+            "run 2 failed" in result.errors[1].traceback] == [True, True]

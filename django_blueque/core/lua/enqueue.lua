@@ -1,32 +1,100 @@
--- enqueue: tasks as blueque 1.0's transaction writes them (HSET task; ZINCRBY queues 0 Q;
--- LPUSH pending id, per task), any number in one script call: one command to send and one
--- reply to read, however many tasks (a MULTI would carry three commands per task).
+-- enqueue: tasks as blueque 1.0's transactions write them (enqueue: HSET task; ZINCRBY queues
+-- 0 Q; LPUSH pending id; schedule: HSET task ... eta E; ZINCRBY queues 0 Q; ZADD scheduled E
+-- id), any number in one script call: one command to send and one reply to read, however
+-- many tasks (a MULTI would carry three commands per task).
 -- A task with a priority goes to the prioritized set instead (see make_pending).
--- KEYS[1] queues zset, KEYS[2..5] the queue's waiting keys (Keys.waiting)
--- ARGV[1] queue, ARGV[2] task key prefix, ARGV[3] status, ARGV[4] now, ARGV[5] number of
--- extension field pairs n, then the n pairs, then (task id, parameters) per task
+-- A task with a unique_key (one task per call) is written only if no task of the queue holds
+-- that key: one scheduled, pending or reserved, or started with unique_until 'end'. Else
+-- nothing is written and the holder's id is returned; a higher priority raises the holder's
+-- (seed 002's rule; a holder deep in a long pending list keeps its place, see unlist).
+-- KEYS[1] queues zset, KEYS[2..5] the queue's waiting keys (Keys.waiting), KEYS[6] scheduled
+-- set, KEYS[7] due index, KEYS[8] unique hash
+-- ARGV[1] queue, ARGV[2] task key prefix, ARGV[3] status ('pending', or 'scheduled' with an
+-- 'eta' field), ARGV[4] now, ARGV[5] window (see unlist), ARGV[6] number of extension field
+-- pairs n, then the n pairs, then (task id, parameters) per task
+-- Returns {holder id or '', 1 or 0 (0: the due index holds the wrong type; the task is
+-- written and the sweep indexes it)}.
 --#include common.lib
-if not (usable(KEYS[1], 'zset') and usable(KEYS[2], 'list')) then
-  return redis.error_reply('cannot enqueue to ' .. ARGV[1] .. ': its pending list or the queues set holds the wrong type')
+--#include admin.lib
+local queue, prefix, status, now, window = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local first = 7 + 2 * tonumber(ARGV[6])
+local waiting = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
+local extra = {}
+for j = 7, first - 1, 2 do
+  extra[ARGV[j]] = ARGV[j + 1]
 end
-local queue, prefix, status, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local extras = tonumber(ARGV[5])
-local first = 6 + 2 * extras
-local waiting, priority = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, nil
-for j = 6, first - 1, 2 do
-  if ARGV[j] == 'priority' then
-    priority = ARGV[j + 1]
+local unique = extra['unique_key']
+local eta = status == 'scheduled' and tonumber(extra['eta'])
+if not (usable(KEYS[1], 'zset') and usable(KEYS[2], 'list') and (not eta or usable(KEYS[6], 'zset'))
+        and (not unique or usable(KEYS[8], 'hash'))) then
+  return redis.error_reply('cannot enqueue to ' .. queue .. ': a key of its queue or the queues set holds the wrong type')
+end
+
+-- The task holding `key`, and its status, or nil.
+local function holder_of(key)
+  local id = redis.call('HGET', KEYS[8], key)
+  if not id then
+    return nil
+  end
+  local task = prefix .. id
+  local held = status_of(task)
+  if held == 'started' and redis.call('HGET', task, 'unique_until') ~= 'end' then
+    return nil
+  end
+  if (held == 'scheduled' or held == 'pending' or held == 'reserved' or held == 'started')
+      and redis.call('HGET', task, 'unique_key') == key then
+    return id, held
+  end
+  return nil
+end
+
+local function raise_priority(id, held, wanted)
+  local task = prefix .. id
+  wanted = tonumber(wanted)
+  if not wanted or wanted <= number(redis.call('HGET', task, 'priority'), 0) then
+    return
+  end
+  if held == 'pending' then
+    local moved = usable(waiting[2], 'zset') and redis.call('ZREM', waiting[2], id) == 1
+    if not moved and unlist(waiting[1], id, window) ~= 'removed' then
+      return
+    end
+    make_pending(waiting, id, wanted, false)
+  elseif held ~= 'scheduled' then
+    return  -- reserved or running: too late to matter
+  end
+  redis.call('HSET', task, 'priority', wanted)
+end
+
+if unique then
+  local id, held = holder_of(unique)
+  if id then
+    raise_priority(id, held, extra['priority'])
+    return {id, 1}
   end
 end
 for i = first, #ARGV, 2 do
   local id = ARGV[i]
   local fields = {'status', status, 'queue', queue, 'parameters', ARGV[i + 1],
                   'created', now, 'updated', now}
-  for j = 6, first - 1 do
+  for j = 7, first - 1 do
     fields[#fields + 1] = ARGV[j]
   end
   redis.call('HSET', prefix .. id, unpack(fields))
-  make_pending(waiting, id, priority, false)
+  if eta then
+    redis.call('ZADD', KEYS[6], eta, id)
+  else
+    make_pending(waiting, id, extra['priority'], false)
+  end
+  if unique then
+    redis.call('HSET', KEYS[8], unique, id)
+  end
 end
 redis.call('ZINCRBY', KEYS[1], 0, queue)
-return 1
+if eta then
+  if not usable(KEYS[7], 'zset') then
+    return {'', 0}
+  end
+  redis.call('ZADD', KEYS[7], 'LT', eta, queue)
+end
+return {'', 1}

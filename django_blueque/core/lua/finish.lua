@@ -17,7 +17,9 @@
 -- or '', ARGV[11] '1' for the reaper's recovery: only while the lease key is absent (the
 -- task's process may have taken its lapsed lease again since the reaper looked; see
 -- renew_lease), ARGV[12] default retries or '', ARGV[13] default backoff (s) or '',
--- ARGV[16] queue; KEYS[10] due index, KEYS[11] lease index, KEYS[12] expiring index (each kept
+-- ARGV[16] queue, ARGV[17] the error's code or '', ARGV[18] most entries the errors list
+-- keeps (each failure, retried or not, appends one: see record_error); KEYS[16] unique hash (a
+-- unique task's key is freed when it ends for good); KEYS[10] due index, KEYS[11] lease index, KEYS[12] expiring index (each kept
 -- when usable; KEYS[9], ARGV[14] and ARGV[15]: the throughput counter at the end)
 -- Returns 'complete', 'failed', 'retry', 'requeued' or 'stale' (nothing changed).
 --#include common.lib
@@ -49,6 +51,22 @@ local function index(key, ...)
   end
 end
 index(KEYS[11], 'ZREM', KEYS[11], id)
+
+-- Append this failure to the task's error history (a JSON list, oldest first; a value that is
+-- not such a list, written by someone else, is started again).
+local function record_error(attempt)
+  local ok, errors = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'errors') or '[]')
+  if not ok or type(errors) ~= 'table' or (next(errors) ~= nil and errors[1] == nil) then
+    errors = {}
+  end
+  errors[#errors + 1] = {type = ARGV[7], message = ARGV[6], code = ARGV[17], time = tonumber(now),
+                         node = redis.call('HGET', KEYS[1], 'node') or '', attempt = attempt,
+                         traceback = ARGV[8]}
+  while #errors > tonumber(ARGV[18]) do
+    table.remove(errors, 1)
+  end
+  redis.call('HSET', KEYS[1], 'errors', cjson.encode(errors))
+end
 redis.call('HDEL', KEYS[1], 'lease', 'cancel_requested')
 
 if outcome == 'requeue' then
@@ -70,6 +88,7 @@ else
     attempts = attempts + 1
     redis.call('HSET', KEYS[1], 'attempts', attempts)
   end
+  record_error(attempts)
   local retries = number(state[3], number(ARGV[12], 0))
   if ARGV[9] == '1' and attempts <= retries then
     local backoff = math.max(number(state[4], number(ARGV[13], 0)), 0)
@@ -90,6 +109,7 @@ else
              'traceback', ARGV[8], 'updated', now, 'finished', now)
 end
 
+release_unique(KEYS[16], KEYS[1], id)
 local retention = number(state[5], number(ARGV[10], nil))
 if retention then
   local expires = server_time() + retention

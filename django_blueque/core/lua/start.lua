@@ -5,7 +5,8 @@
 -- A task found 'pending' with this listener's node and token was reserved before its producer
 -- wrote its hash (see reserve): it is ours.
 -- KEYS[1] task, KEYS[2] started set, KEYS[3] lease key, KEYS[4] reserved list, KEYS[5] failed list,
--- KEYS[6] lease index (task id -> lease expiry; skipped when it holds the wrong type)
+-- KEYS[6] lease index (task id -> lease expiry; skipped when it holds the wrong type),
+-- KEYS[7] unique hash (a unique task frees its key here unless unique_until is 'end')
 -- ARGV[1] task id, ARGV[2] started member "<listener> <pid> <id>", ARGV[3] pid, ARGV[4] token,
 -- ARGV[5] now, ARGV[6] lease ttl (ms), ARGV[7] listener id
 --#include common.lib
@@ -27,7 +28,11 @@ if state[3] then
   redis.call('HSET', KEYS[1], 'status', 'failed', 'error', 'cancelled', 'error_type', 'django_blueque.Cancelled',
              'updated', ARGV[5], 'finished', ARGV[5])
   redis.call('LPUSH', KEYS[5], ARGV[1])
+  release_unique(KEYS[7], KEYS[1], ARGV[1])
   return -1
+end
+if redis.call('HGET', KEYS[1], 'unique_until') ~= 'end' then
+  release_unique(KEYS[7], KEYS[1], ARGV[1])
 end
 redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[1], 'status', 'started', 'pid', ARGV[3], 'updated', ARGV[5], 'started', ARGV[5],
