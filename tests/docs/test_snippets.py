@@ -140,6 +140,7 @@ assert get_settings().policy("video.encode")["timeout"] == 4 * 3600
 flaky = get_result({flaky_id!r})
 assert (flaky.status, flaky.retries, flaky.attempts) == ("scheduled", 1, 1), flaky.fields
 assert flaky.last_error == "try again", flaky.fields         # retried after its backoff
+assert abs(flaky.eta - flaky.updated - flaky.backoff) < 2, flaky.fields
 timed_out = get_result({import_id!r})
 assert timed_out.status == "scheduled", timed_out.fields    # a timeout is a failure: retried
 assert timed_out.last_error == "timed out after 1 s", timed_out.fields
