@@ -6,11 +6,28 @@ JSON: no Infinity, no NaN)."""
 import json
 from dataclasses import dataclass, field
 
+from django.utils.translation import pgettext_lazy
+
 from .core import keys as k
 from .core.protocol import HEARTBEAT_TTL
 from .core.values import finite_number
 
 STATES = (k.SCHEDULED, k.PENDING, k.RESERVED, k.STARTED, k.COMPLETE, k.FAILED)
+STATE_LABELS = {
+    k.SCHEDULED: pgettext_lazy("task state", "scheduled"),
+    k.PENDING: pgettext_lazy("task state", "pending"),
+    k.RESERVED: pgettext_lazy("task state", "reserved"),
+    k.STARTED: pgettext_lazy("task state", "started"),
+    k.COMPLETE: pgettext_lazy("task state", "complete"),
+    k.FAILED: pgettext_lazy("task state", "failed"),
+}
+
+
+def state_label(state):
+    """A task state as a page shows it, in the user's language. Only the label is translated:
+    the value stays the protocol's in Redis, URLs and forms. A state no engine writes (a
+    foreign producer's) shows as it is."""
+    return STATE_LABELS.get(state, state)
 
 DISPLAY_CHARS = 1_000_000
 """A text field longer than this is shown cut on the task page (the rest stays in Redis)."""

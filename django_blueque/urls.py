@@ -3,8 +3,8 @@
 
 Projects that mounted them themselves keep working: ``include("django_blueque.urls")`` serves
 the same pages at its own path, if it comes before ``admin.site.urls`` (whose catch-all
-answers 404 for everything below ``admin/``; the system check blueque.W001 says so). Links
-always go to the admin site's URLs.
+answers 404 for everything below ``admin/``; the system check blueque.W001 says so). The
+pages then link to that path (mount.py).
 
 Queue names go in query strings (a queue name may hold any character but a space)."""
 

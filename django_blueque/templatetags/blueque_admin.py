@@ -18,6 +18,7 @@ from django.utils.translation import gettext, ngettext
 
 from ..core.keys import CANCELLED_TYPES
 from ..mount import page_url
+from ..rows import state_label
 
 register = template.Library()
 
@@ -86,6 +87,11 @@ def _times():
         return (ago if delta >= 0 else ahead) % {"duration": duration(delta)}
 
     return moment, age, duration
+
+
+@register.filter
+def bq_state(state):
+    return state_label(state)
 
 
 @register.filter
@@ -212,7 +218,7 @@ def bq_task_rows(tasks, state, selectable):
         cells.append(f'<th scope="row"><a href="{escape(url(task.id))}"><code>{task_id}</code>'
                      f"</a>{badge}</th>")
         if running:
-            cells.append(f"<td>{escape(get('status') or missing)}</td>")
+            cells.append(f"<td>{escape(state_label(get('status')) or missing)}</td>")
         updated = get("updated")
         cells.append(f"<td>{escape(moment(get('created')))}</td>"
                      f'<td title="{escape(age(updated)) if updated else ""}">'

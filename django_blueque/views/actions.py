@@ -19,6 +19,7 @@ from ..core import protocol
 from ..core.bulk import BULK_ACTIONS
 from ..mount import page_url
 from ..queries import MAX_NAME, Reader
+from ..rows import state_label
 from ..templatetags.blueque_admin import bq_queue_url
 from .common import admin_context, next_url, staff_view, task_url
 
@@ -169,7 +170,7 @@ def _bulk_url(action, state, queue_name):
 
 
 def _bulk_title(action, state, queue_name):
-    names = {"state": state, "queue": queue_name}
+    names = {"state": state_label(state), "queue": queue_name}
     if action == "retry":
         return _("Retry every failed task of queue %(queue)s") % names
     return _("Delete every %(state)s task of queue %(queue)s") % names

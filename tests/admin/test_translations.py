@@ -107,6 +107,37 @@ def test_pages_are_rendered_in_the_language_of_the_language_code(admin, pages, s
         assert_in_language(page, name, lang)
 
 
+# The task states in each language, in the order of rows.STATES.
+STATE_NAMES = {
+    "fr": ["planifiée", "en attente", "réservée", "démarrée", "terminée", "en échec"],
+    "de": ["geplant", "wartend", "reserviert", "gestartet", "abgeschlossen", "fehlgeschlagen"],
+    "en": ["scheduled", "pending", "reserved", "started", "complete", "failed"],
+}
+
+
+@pytest.mark.parametrize("lang", [*LANGUAGES, "en"])
+def test_state_names_are_translated_but_not_the_values_in_links_and_forms(admin, pages,
+                                                                           settings, lang):
+    """The states' labels are the page's language; the values in URLs and forms stay the
+    protocol's (the wire values, which Redis holds and the views filter on)."""
+    settings.LANGUAGE_CODE = "en-us" if lang == "en" else lang
+    names = STATE_NAMES[lang]
+    dashboard = render(admin, pages["dashboard"])
+    headers = re.findall(r'<th scope="col" class="num">([^<]*)</th>', dashboard)
+    assert names == headers[:len(names)], headers
+    queue = render(admin, pages["queue"])
+    tabs = re.findall(r'>([^<>]*) <span class="blueque-count"', queue)
+    assert tabs == names, tabs
+    assert f"&rsaquo; {names[-1]}" in queue  # the breadcrumb of the failed tasks' page
+    assert all(f"state={state}" in queue for state in STATE_NAMES["en"])
+    assert 'name="state" value="failed"' in queue
+    task = render(admin, pages["task"])
+    assert f'data-bq-field="status">{names[3]}</span>' in task  # its running task
+    if lang == "fr":
+        assert "Supprimer les 2 tâches « en échec »…".replace("« ", f"«{NBSP}").replace(
+            " »", f"{NBSP}»") in queue
+
+
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_pages_follow_the_browsers_language(admin, pages, settings, lang):
     """LocaleMiddleware (in the testproject's MIDDLEWARE): Accept-Language wins over the

@@ -1,8 +1,9 @@
 """The docs' code cannot drift from the code (issue 18): the reference pages name every
 setting, check id, signal and exported name; every Python block compiles and every ini block
 parses; every ``manage.py bq_*`` line is accepted by that command's parser. (The Python
-blocks that can run are doctests, run by test_build.py; the getting-started page runs in a
-new project in test_getting_started.py.) Reads the .rst sources: no Sphinx needed."""
+blocks run too: the doctests in test_build.py, the getting-started page in
+test_getting_started.py, every other ``code-block:: python`` in test_snippets.py.) Reads the
+.rst sources: no Sphinx needed."""
 
 import configparser
 import re
