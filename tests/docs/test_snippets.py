@@ -58,6 +58,20 @@ assert issubclass(StopRequested, BaseException) and not issubclass(StopRequested
 assert all(map(callable, (blueque_task, cancel, current_task, get_result)))
 assert issubclass(TaskTimeout, Exception)
 """)
+    # the unique-key example, with the page's add() as a task of the project, not eager
+    project.set_tasks("""
+from django_blueque import blueque_task
+
+@blueque_task
+def add(a, b=1):
+    return a + b
+""")
+    project.shell("import datetime\nfrom yourapp.tasks import add\n" + blocks.take() + """
+from django_blueque import get_result
+from django_blueque.conf import get_client
+assert get_result(first).status == "scheduled"
+assert len(get_client().redis.keys("blueque_task_*")) == 1
+""")
 
 
 @scenario("howto/progress.rst")
