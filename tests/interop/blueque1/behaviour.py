@@ -28,11 +28,12 @@ V1_TASK_FIELDS = {"status", "queue", "parameters", "created", "updated", "eta", 
 # The protocol's extensions (README, "The protocol and its extensions"): a 1.0 reader ignores them.
 EXTENSION_FIELDS = {"attempts", "retries", "backoff", "timeout", "retention", "lease", "started",
                     "finished", "expires", "progress", "progress_message", "error_type",
-                    "traceback", "last_error", "cancel_requested"}
+                    "traceback", "last_error", "cancel_requested", "priority", "unique_key",
+                    "unique_until", "errors"}
 EXTENSION_KEY_PREFIXES = ("blueque_listener_leases_", "blueque_listener_", "blueque_cancels_",
                           "blueque_lease_", "blueque_due_queues", "blueque_expiring_queues",
                           "blueque_reaper_clock", "blueque_throughput_", "blueque_bulk_",
-                          "blueque_periodic_")
+                          "blueque_periodic_", "blueque_unique_")
 
 
 def task_key(task_id):
