@@ -176,6 +176,18 @@ class Keys:
         checks the task), so a task deleted or run by blueque 1.0 never blocks its key."""
         return self._key("unique", queue)
 
+    def failed_of_type(self, queue, error_type):
+        """ZSET index: the failed tasks of a queue whose ``error_type`` is this one -> time
+        they failed; what the failed list's filter by error type pages through. Kept by the
+        scripts that fail a task or take it out of the failed list (common.lib's
+        index_failure); a task that blueque 1.0 failed is not in it."""
+        return self._key("failed_of_type", f"{queue} {error_type}")
+
+    def error_types(self, queue):
+        """ZSET index: each error type with a ``failed_of_type`` index -> time of its newest
+        failure (the filter's choices, most recent first)."""
+        return self._key("error_types", queue)
+
     def priority_sequence(self, queue):
         """STRING: a counter that orders the prioritized tasks of one priority (first in,
         first out)."""

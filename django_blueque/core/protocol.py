@@ -202,9 +202,11 @@ class Protocol(UpkeepOperations):
         started = self.script("start")(
             keys=[self.keys.task(task_id), self.keys.started(queue), self.keys.lease(task_id),
                   self.keys.reserved(queue, listener_id), self.keys.failed(queue),
-                  self.keys.lease_expiries, self.keys.unique(queue)],
+                  self.keys.lease_expiries, self.keys.unique(queue),
+                  self.keys.error_types(queue)],
             args=[task_id, self.keys.started_member(listener_id, pid, task_id), pid, token,
-                  encode_time(now()), int(lease_ttl * 1000), listener_id])
+                  encode_time(now()), int(lease_ttl * 1000), listener_id,
+                  self.keys.failed_of_type(queue, "")])
         if isinstance(started, list):
             return dict(zip(started[::2], started[1::2], strict=True))
         return started
@@ -230,14 +232,15 @@ class Protocol(UpkeepOperations):
                   self.keys.failed(queue), self.keys.scheduled(queue), self.keys.pending(queue),
                   self.keys.throughput(queue, hour), self.keys.due_queues,
                   self.keys.lease_expiries, self.keys.expiring_queues,
-                  *self.keys.waiting(queue)[1:], self.keys.unique(queue)],
+                  *self.keys.waiting(queue)[1:], self.keys.unique(queue),
+                  self.keys.error_types(queue)],
             args=[task_id, token or "", self.keys.started_member(listener_id or "", pid or "",
                                                                    task_id),
                   encode_time(stamp), outcome, value, error_type or "", traceback or "",
                   "1" if retryable else "0", _optional(policy.get("retention")),
                   "1" if lapsed_only else "0", _optional(policy.get("retries")),
                   _optional(policy.get("backoff")), second // 60, k.THROUGHPUT_KEEP, queue,
-                  error_code or "", k.ERRORS_KEPT])
+                  error_code or "", k.ERRORS_KEPT, self.keys.failed_of_type(queue, "")])
 
     def renew_lease(self, task_id, token, lease_ttl=LEASE_TTL):
         """Extend a running task's lease. Returns ``(held, cancel requested)``."""
@@ -260,22 +263,26 @@ class Protocol(UpkeepOperations):
             return None
         return self.script("cancel")(
             keys=[self.keys.task(task_id), self.keys.pending(queue), self.keys.scheduled(queue),
-                  self.keys.failed(queue), self.keys.prioritized(queue), self.keys.unique(queue)],
-            args=[task_id, encode_time(now()), self.keys.cancels(""), UNLIST_WINDOW])
+                  self.keys.failed(queue), self.keys.prioritized(queue), self.keys.unique(queue),
+                  self.keys.error_types(queue)],
+            args=[task_id, encode_time(now()), self.keys.cancels(""), UNLIST_WINDOW,
+                  self.keys.failed_of_type(queue, "")])
 
     def retry(self, queue, task_id):
         """Put a failed task back in its queue: 1, 0 (not failed) or -1 (left alone: further
         than UNLIST_WINDOW from both ends of its failed list)."""
         return self.script("retry")(
-            keys=[self.keys.task(task_id), self.keys.failed(queue), *self.keys.waiting(queue)],
-            args=[task_id, encode_time(now()), UNLIST_WINDOW])
+            keys=[self.keys.task(task_id), self.keys.failed(queue), *self.keys.waiting(queue),
+                  self.keys.error_types(queue)],
+            args=[task_id, encode_time(now()), UNLIST_WINDOW, self.keys.failed_of_type(queue, "")])
 
     def delete_finished(self, queue, task_id):
         """Delete a task if it is finished: 1, 0 (not finished) or -1 (left alone: further
         than UNLIST_WINDOW from both ends of its list)."""
         return self.script("delete_finished")(
-            keys=[self.keys.task(task_id), self.keys.complete(queue), self.keys.failed(queue)],
-            args=[task_id, UNLIST_WINDOW])
+            keys=[self.keys.task(task_id), self.keys.complete(queue), self.keys.failed(queue),
+                  self.keys.error_types(queue)],
+            args=[task_id, UNLIST_WINDOW, self.keys.failed_of_type(queue, "")])
 
     def delete(self, queue, task_id, status):
         """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only)."""
@@ -352,8 +359,9 @@ class Protocol(UpkeepOperations):
         status, processed, total, affected = self.script("bulk_step")(
             keys=[self.keys.bulk_job(job_id), self.keys.finished(queue, state),
                   self.keys.pending(queue), self.keys.bulk_running,
-                  *self.keys.waiting(queue)[1:]],
-            args=[self._task_prefix, encode_time(now()), int(batch), int(keep), job_id])
+                  *self.keys.waiting(queue)[1:], self.keys.error_types(queue)],
+            args=[self._task_prefix, encode_time(now()), int(batch), int(keep), job_id,
+                  self.keys.failed_of_type(queue, "")])
         return status, processed, total, affected
 
     def bulk_stop(self, job_id, keep):

@@ -12,6 +12,8 @@ import time
 
 import redis
 
+from . import keys as k
+
 logger = logging.getLogger("django_blueque.reaper")
 
 LAPSED_BATCH = 1000
@@ -117,9 +119,11 @@ class UpkeepOperations:
         """Delete (or with ``dry_run`` count) the tasks past their retention among the
         ``batch`` oldest of a finished list (see expire_finished.lua)."""
         return self.script("expire_finished")(
-            keys=[self.keys.finished(queue, status), self.keys.expiring_queues],
+            keys=[self.keys.finished(queue, status), self.keys.expiring_queues,
+                  self.keys.error_types(queue)],
             args=[self._task_prefix, f"{status} {queue}", _optional(default_retention), batch,
-                  "1" if dry_run else "0"])
+                  "1" if dry_run else "0",
+                  self.keys.failed_of_type(queue, "") if status == k.FAILED else ""])
 
     def expiring_lists(self, limit, dry_run=False):
         """``[(status, queue)]`` of the expiring index whose earliest expiry has come."""

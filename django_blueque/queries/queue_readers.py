@@ -18,6 +18,9 @@ ROW_FIELDS = ("status", "queue", "created", "updated", "eta", "node", "pid", "pr
               "started", "finished", "cancel_requested", "priority")
 
 QUEUES_PER_PAGE = 100
+
+ERROR_TYPES_SHOWN = 20
+"""Most error types the failed list offers to filter by (those that failed last first)."""
 """Queues on one dashboard page (and one ``bq_status`` page)."""
 METRICS_QUEUES = 1000
 """Most queues the metrics report (those with the most listeners first, as ranked in
@@ -166,12 +169,16 @@ class QueueReaders(ReaderBase):
 
     # -- a queue's tasks of one state ---------------------------------------------------------
 
-    def queue_page(self, queue, state, page, per_page):
+    def queue_page(self, queue, state, page, per_page, error_type=None):
         """The counts of one queue and one page of its tasks of ``state``, newest first.
         Returns None for a queue nobody knows. Pending, complete and failed are lists (a
         window of each); scheduled a sorted set by eta (latest first); reserved the
         concatenated reserved lists of its listeners; started a set, read whole up to
-        STARTED_READ members (it holds the running tasks only) and sorted by start time."""
+        STARTED_READ members (it holds the running tasks only) and sorted by start time.
+        The failed page also reads the queue's error types (``error_types``: [(type, count)],
+        those that failed last first), and with ``error_type`` pages through that type's
+        index instead of the failed list (a task the index names that is no longer failed
+        with that type, changed by a blueque 1.0 program, is left out of the page)."""
         keys = self.keys
         jobs = [(action, job_state) for action, job_state in BULK_ACTIONS
                 if job_state == state]
@@ -182,7 +189,11 @@ class QueueReaders(ReaderBase):
                  ("zcount", keys.prioritized(queue), "(0", "+inf")]
         calls += [("hgetall", keys.bulk_job(bulk_job_id(action, job_state, queue)))
                   for action, job_state in jobs]
+        failed_page = state == k.FAILED
+        if failed_page:
+            calls.append(("zrevrange", keys.error_types(queue), 0, ERROR_TYPES_SHOWN - 1))
         first = self.read(calls)
+        types = first.pop() if failed_page else []
         score, counts, members = first[0], first[1:6], sorted(first[6])
         listed, prioritized, below = counts[1], first[7], first[8]  # below: priority < 0
         counts[1] += prioritized
@@ -197,13 +208,20 @@ class QueueReaders(ReaderBase):
         second = self.read([("llen", keys.reserved(queue, listener_id))
                             for listener_id in members] +
                            [("hget", keys.task(task_id), "started")
-                            for _listener, _pid, task_id in started])
+                            for _listener, _pid, task_id in started] +
+                           [("zcard", keys.failed_of_type(queue, name)) for name in types])
+        type_counts = second[len(second) - len(types):]
+        error_types = [(name, count) for name, count in zip(types, type_counts, strict=True)
+                       if count]
         lengths = second[:len(members)]
         counts = _counts(counts, sum(lengths))
         if state == k.RESERVED:
             total = sum(lengths)
         elif state == k.STARTED:
             total = len(started)
+        elif failed_page and error_type is not None:
+            total = dict(error_types).get(error_type) or self.read(
+                [("zcard", keys.failed_of_type(queue, error_type))])[0]
         else:
             total = counts[state]
         pages = max(1, math.ceil(total / per_page))
@@ -211,6 +229,11 @@ class QueueReaders(ReaderBase):
         start, stop = (page - 1) * per_page, page * per_page - 1
         if state == k.PENDING:
             tasks = self._pending_window(queue, listed, prioritized, below, start, stop)
+        elif failed_page and error_type is not None:
+            tasks = [task for task in self._window(
+                keys.failed_of_type(queue, error_type), "zset", start, stop, ROW_FIELDS)
+                if task.status == k.FAILED and (task.error_type or "") == error_type
+            ] if total else []
         elif state in (k.COMPLETE, k.FAILED, k.SCHEDULED):
             key = keys.scheduled(queue) if state == k.SCHEDULED else keys.finished(queue, state)
             kind = "zset" if state == k.SCHEDULED else "list"
@@ -226,7 +249,8 @@ class QueueReaders(ReaderBase):
             tasks = self._window(None, "ids", 0, 0, ROW_FIELDS, ids) if ids else []
         return {"counts": counts, "total": total, "page": page, "pages": pages,
                 "per_page": per_page, "tasks": tasks, "known": score is not None,
-                "jobs": jobs, "sampled": sampled, "unreadable": self.unreadable}
+                "jobs": jobs, "sampled": sampled, "unreadable": self.unreadable,
+                "error_types": error_types}
 
     def _pending_window(self, queue, listed, prioritized, below, start, stop):
         """Pending tasks ``start..stop`` in the reverse of the order they will be taken

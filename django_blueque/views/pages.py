@@ -68,12 +68,14 @@ def queue(request):
     page = whole_number(request.GET.get("p"), 1)
     per_page = whole_number(request.GET.get("per_page"), PER_PAGE)
     cancelled = request.GET.get("cancelled", "")
+    error_type = request.GET.get("error_type")  # the failed list of one error type
     if not k.valid_name(name, longest=MAX_NAME) or state not in STATES or page is None or (
             per_page not in PER_PAGE_CHOICES) or cancelled not in CANCELLED_FILTERS or (
-            cancelled and state != k.FAILED):
+            (cancelled or error_type is not None) and state != k.FAILED) or (
+            len(error_type or "") > MAX_NAME):
         raise Http404(_("No such queue or page."))
     reader = Reader(get_client())
-    data = reader.queue_page(name, state, page, per_page)
+    data = reader.queue_page(name, state, page, per_page, error_type)
     if data is None:
         raise Http404(_("No such queue."))
     flags = [actions.is_cancelled(task.fields.get("error_type")) for task in data["tasks"]]
@@ -91,14 +93,15 @@ def queue(request):
     pages = data["pages"]
     links = {"first": 1, "previous": data["page"] - 1, "next": data["page"] + 1, "last": pages}
     extra = (f"&per_page={per_page}" if per_page != PER_PAGE else "") + (
-        f"&cancelled={cancelled}" if cancelled else "")
+        f"&cancelled={cancelled}" if cancelled else "") + (
+        f"&{urlencode({'error_type': error_type})}" if error_type is not None else "")
     links = {label: bq_queue_url(name, state, number) + extra
         for label, number in links.items() if 1 <= number <= pages and number != data["page"]}
     return render(request, "django_blueque/queue.html", admin_context(
         request, _("Queue %(queue)s: %(state)s") % {"queue": name, "state": state},
         queue=name, state=state, tabs=[(tab, data["counts"][tab]) for tab in STATES],
         task_actions=task_actions, bulk_actions=bulk, cancelled=cancelled,
-        cancelled_filters=CANCELLED_FILTERS,
+        cancelled_filters=CANCELLED_FILTERS, error_type=error_type,
         page_links=links, per_page_choices=PER_PAGE_CHOICES,
         live_version=live.queue_version(data), **data))
 

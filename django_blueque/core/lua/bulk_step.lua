@@ -10,7 +10,8 @@
 -- The job ends at its newest id. If that task left the list meanwhile (someone retried or
 -- deleted it), the job also stops at the first task updated after it started.
 -- KEYS[1] job hash, KEYS[2] the list, KEYS[3] pending list, KEYS[4] set of running jobs,
--- KEYS[5..7] the rest of the queue's waiting keys (Keys.waiting)
+-- KEYS[5..7] the rest of the queue's waiting keys (Keys.waiting), KEYS[8] and ARGV[6] the
+-- queue's failed-by-type index (error types set, per-type key prefix)
 -- ARGV[1] task key prefix, ARGV[2] now, ARGV[3] most ids to take, ARGV[4] seconds to keep the
 -- job's record once it ended, ARGV[5] the job's id
 -- Returns {status, processed, total, affected}; status is false when there is no such job.
@@ -58,6 +59,9 @@ for _ = 1, tonumber(ARGV[3]) do
     redis.call('RPOPLPUSH', KEYS[2], KEYS[2])
   elseif redis.call('RPOP', KEYS[2]) and fields[1] == state then
     affected = affected + 1
+    if state == 'failed' then
+      unindex_failure(KEYS[8], ARGV[6], fields[4], id)
+    end
     if action == 'delete' then
       redis.call('DEL', task)
     else

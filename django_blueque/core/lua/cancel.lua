@@ -6,7 +6,8 @@
 -- the list would scan the list (LREM), stalling Redis for every client.
 -- A pending task with a priority is taken out of the prioritized set (no scan: it is sorted).
 -- KEYS[1] task, KEYS[2] pending list, KEYS[3] scheduled set, KEYS[4] failed list,
--- KEYS[5] prioritized set, KEYS[6] unique hash (a cancelled unique task frees its key)
+-- KEYS[5] prioritized set, KEYS[6] unique hash (a cancelled unique task frees its key),
+-- KEYS[7] and ARGV[5] the queue's failed-by-type index (error types set, per-type key prefix)
 -- ARGV[1] id, ARGV[2] now, ARGV[3] cancels-set key prefix (the node is read from the task),
 -- ARGV[4] window: how far from either end of the pending list the id is looked for
 -- Returns 'cancelled', 'requested', the status of a finished task, or false if there is none.
@@ -45,4 +46,5 @@ redis.call('HSET', KEYS[1], 'status', 'failed', 'error', 'cancelled', 'error_typ
            'updated', now, 'finished', now)
 redis.call('LPUSH', KEYS[4], ARGV[1])
 release_unique(KEYS[6], KEYS[1], ARGV[1])
+index_failure(KEYS[7], ARGV[5], 'django_blueque.Cancelled', ARGV[1], tonumber(now))
 return 'cancelled'

@@ -2,7 +2,8 @@
 -- an operator chose, only if it is still finished. As retry.lua, the id is taken out of its
 -- list only within a window of either end; a task deeper in a longer list is left alone (-1):
 -- the bulk "delete all" job reaches it without stalling Redis.
--- KEYS[1] task, KEYS[2] complete list, KEYS[3] failed list
+-- KEYS[1] task, KEYS[2] complete list, KEYS[3] failed list, KEYS[4] and ARGV[3] the queue's
+-- failed-by-type index (error types set, per-type key prefix)
 -- ARGV[1] id, ARGV[2] window
 -- Returns 1 (deleted), 0 (not finished) or -1 (too deep in its list).
 --#include common.lib
@@ -16,6 +17,9 @@ end
 expect(list, 'list')
 if unlist(list, ARGV[1], tonumber(ARGV[2])) == 'deep' then
   return -1
+end
+if status == 'failed' then
+  unindex_failure(KEYS[4], ARGV[3], redis.call('HGET', KEYS[1], 'error_type'), ARGV[1])
 end
 redis.call('DEL', KEYS[1])
 return 1

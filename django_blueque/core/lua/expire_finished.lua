@@ -4,7 +4,8 @@
 -- deeper than the window waits until it is among the window oldest (the README's bound).
 -- The list's entry in the expiring index is then set to the earliest expiry left in the
 -- window, to now when a full window was deleted (more may wait behind it), or removed.
--- KEYS[1] complete or failed list, KEYS[2] expiring index
+-- KEYS[1] complete or failed list, KEYS[2] expiring index, KEYS[3] and ARGV[6] the queue's
+-- failed-by-type index (error types set, per-type key prefix; ARGV[6] '' for the complete list)
 -- ARGV[1] task key prefix, ARGV[2] index member ('<status> <queue>'), ARGV[3] default
 -- retention (s) or '', ARGV[4] window, ARGV[5] '1' for a dry run (count only)
 -- Returns the number of tasks deleted (or, dry, that would be).
@@ -17,9 +18,10 @@ local ids = redis.call('LRANGE', KEYS[1], -window, -1)
 local kept, deleted, earliest = {}, 0, false
 for _, id in ipairs(ids) do
   local task = ARGV[1] .. id
-  local expires = 0  -- a missing task (or garbage in its place) goes at once
+  local expires, error_type = 0, nil  -- a missing task (or garbage in its place) goes at once
   if redis.call('TYPE', task).ok == 'hash' then
-    local fields = redis.call('HMGET', task, 'expires', 'updated', 'retention')
+    local fields = redis.call('HMGET', task, 'expires', 'updated', 'retention', 'error_type')
+    error_type = fields[4]
     expires = number(fields[1], nil)
     if not expires then
       local updated, retention = number(fields[2], nil), number(fields[3], number(ARGV[3], nil))
@@ -31,6 +33,9 @@ for _, id in ipairs(ids) do
   if expires and expires <= now then
     deleted = deleted + 1
     if not dry then
+      if ARGV[6] ~= '' and error_type then
+        unindex_failure(KEYS[3], ARGV[6], error_type, id)
+      end
       redis.call('DEL', task)
     end
   else

@@ -19,7 +19,8 @@
 -- renew_lease), ARGV[12] default retries or '', ARGV[13] default backoff (s) or '',
 -- ARGV[16] queue, ARGV[17] the error's code or '', ARGV[18] most entries the errors list
 -- keeps (each failure, retried or not, appends one: see record_error); KEYS[16] unique hash (a
--- unique task's key is freed when it ends for good); KEYS[10] due index, KEYS[11] lease index, KEYS[12] expiring index (each kept
+-- unique task's key is freed when it ends for good), KEYS[17] and ARGV[19] the queue's
+-- failed-by-type index (error types set, per-type key prefix); KEYS[10] due index, KEYS[11] lease index, KEYS[12] expiring index (each kept
 -- when usable; KEYS[9], ARGV[14] and ARGV[15]: the throughput counter at the end)
 -- Returns 'complete', 'failed', 'retry', 'requeued' or 'stale' (nothing changed).
 --#include common.lib
@@ -107,6 +108,7 @@ else
   end
   redis.call('HSET', KEYS[1], 'status', 'failed', 'error', ARGV[6], 'error_type', ARGV[7],
              'traceback', ARGV[8], 'updated', now, 'finished', now)
+  index_failure(KEYS[17], ARGV[19], ARGV[7], id, tonumber(now))
 end
 
 release_unique(KEYS[16], KEYS[1], id)

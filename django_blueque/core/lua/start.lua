@@ -6,7 +6,8 @@
 -- wrote its hash (see reserve): it is ours.
 -- KEYS[1] task, KEYS[2] started set, KEYS[3] lease key, KEYS[4] reserved list, KEYS[5] failed list,
 -- KEYS[6] lease index (task id -> lease expiry; skipped when it holds the wrong type),
--- KEYS[7] unique hash (a unique task frees its key here unless unique_until is 'end')
+-- KEYS[7] unique hash (a unique task frees its key here unless unique_until is 'end'),
+-- KEYS[8] and ARGV[8] the queue's failed-by-type index (error types set, per-type key prefix)
 -- ARGV[1] task id, ARGV[2] started member "<listener> <pid> <id>", ARGV[3] pid, ARGV[4] token,
 -- ARGV[5] now, ARGV[6] lease ttl (ms), ARGV[7] listener id
 --#include common.lib
@@ -29,6 +30,7 @@ if state[3] then
              'updated', ARGV[5], 'finished', ARGV[5])
   redis.call('LPUSH', KEYS[5], ARGV[1])
   release_unique(KEYS[7], KEYS[1], ARGV[1])
+  index_failure(KEYS[8], ARGV[8], 'django_blueque.Cancelled', ARGV[1], tonumber(ARGV[5]))
   return -1
 end
 if redis.call('HGET', KEYS[1], 'unique_until') ~= 'end' then
