@@ -4,6 +4,7 @@ does not parse, or is not finite, reads as None (a page shows a dash, and metric
 JSON: no Infinity, no NaN)."""
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 
 from django.utils.translation import pgettext_lazy
@@ -51,6 +52,20 @@ def throughput(now, hashes):
                 counts[(hour * 60 + int(at), outcome)] = int(finite_number(value) or 0)
     return [[at * 60, counts.get((at, k.COMPLETE), 0), counts.get((at, k.FAILED), 0)]
             for at in range(minute - 59, minute + 1)]
+
+
+def frequent_errors(now, hashes, most=3):
+    """The ``most`` error types of the last 60 minutes' failed runs of a queue (retried ones
+    included), most frequent first, as [(type, runs)], from the hashes of throughput_hours(now)
+    (finish.lua counts each failed run under '<minute>:error:<type>')."""
+    first = int(now) // 60 - 59
+    counts = Counter()
+    for hour, fields in zip(throughput_hours(now), hashes, strict=True):
+        for name, value in fields.items():
+            at, _sep, rest = name.partition(":error:")
+            if _sep and at.isdigit() and hour * 60 + int(at) >= first:
+                counts[rest] += int(finite_number(value) or 0)
+    return [(name, runs) for name, runs in counts.most_common(most) if runs > 0]
 
 
 @dataclass
@@ -215,6 +230,7 @@ class QueueStats:
     jobs: list = field(default_factory=list)
     now: float = 0.0
     throughput: list = field(default_factory=list)  # see throughput()
+    frequent_errors: list = field(default_factory=list)  # see frequent_errors()
 
     @property
     def ended_last_hour(self):
@@ -273,7 +289,8 @@ class Overview:
     @property
     def active_queues(self):
         """The queues with a task ended in the last hour (the throughput chart's)."""
-        return [queue for queue in self.queues if any(queue.ended_last_hour)]
+        return [queue for queue in self.queues
+                if any(queue.ended_last_hour) or queue.frequent_errors]
 
     def as_dict(self):
         """The figures of metrics.json and ``bq_status --json``."""
@@ -288,6 +305,7 @@ class Overview:
                 "bulk_jobs": [job.as_dict() for job in queue.jobs],
                 "last_hour": dict(zip(("complete", "failed"), queue.ended_last_hour,
                                       strict=True)),
+                "frequent_errors": dict(queue.frequent_errors),
             } for queue in self.queues],
             "listeners": [{
                 "id": listener.id, "queue": listener.queue, "host": listener.host,

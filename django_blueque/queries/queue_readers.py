@@ -9,7 +9,15 @@ from ..core import keys as k
 from ..core.bulk import BULK_ACTIONS, bulk_job_id
 from ..core.values import finite_number
 from ..registry import registered_tasks
-from ..rows import BulkJob, ListenerRow, Overview, QueueStats, throughput, throughput_hours
+from ..rows import (
+    BulkJob,
+    ListenerRow,
+    Overview,
+    QueueStats,
+    frequent_errors,
+    throughput,
+    throughput_hours,
+)
 from ..services import next_periodic_runs
 from .base import ReaderBase
 
@@ -130,7 +138,8 @@ class QueueReaders(ReaderBase):
             counts[1] += part[-1]  # pending: the list's and the prioritized set's
             stats.append(QueueStats(queue, names[queue] is not None, counts,
                                     task.name if task else None, oldest, listeners, jobs,
-                                    self.now, throughput(self.now, part[jobs_end:-1])))
+                                    self.now, throughput(self.now, part[jobs_end:-1]),
+                                    frequent_errors(self.now, part[jobs_end:-1])))
         last_runs = replies[len(queues) * width:]
         self._fill_listeners(stats)
         # plain values: a template calls what is callable, and a task is

@@ -67,3 +67,26 @@ def test_a_bad_filter_is_a_404_not_a_500(admin, blueque):
                          error_type="x" * 600)).status_code == 404
     unknown = admin.get(url("queue/", name="q", state="failed", error_type="no.Such"))
     assert unknown.status_code == 200 and unknown.context["tasks"] == []
+
+
+def test_the_dashboard_shows_the_most_frequent_errors_of_the_last_hour(admin, blueque, r):
+    fail_many(blueque, 2, "builtins.KeyError", "k")
+    fail_many(blueque, 3, "builtins.ValueError", "v")
+    fail_many(blueque, 1, "builtins.OSError", "o")
+    proto = blueque.protocol
+    retried = blueque.get_queue("q").enqueue("r", retries=1)
+    proto.reserve("q", "node-1_4242", "tok")
+    proto.start("q", retried, "node-1_4242", 4343, "tok")
+    assert proto.finish("q", retried, listener_id="node-1_4242", pid=4343, token="tok",
+                        outcome="failed", value="once", error_type="builtins.OSError") == "retry"
+    fail_many(blueque, 1, "builtins.TypeError", "t")
+    page = admin.get(url(""))
+    queue, = [queue for queue in page.context["overview"].queues if queue.name == "q"]
+    # a retried run counts: OSError has 2 runs, as many as KeyError; TypeError is fourth
+    assert queue.frequent_errors[0] == ("builtins.ValueError", 3)
+    assert sorted(queue.frequent_errors[1:]) == [("builtins.KeyError", 2),
+                                                ("builtins.OSError", 2)]
+    assert "error_type=builtins.ValueError" in body(page)
+    figures = admin.get(url("metrics.json")).json()
+    q, = [queue for queue in figures["queues"] if queue["name"] == "q"]
+    assert q["frequent_errors"]["builtins.ValueError"] == 3

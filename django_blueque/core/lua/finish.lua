@@ -67,6 +67,11 @@ local function record_error(attempt)
     table.remove(errors, 1)
   end
   redis.call('HSET', KEYS[1], 'errors', cjson.encode(errors))
+  -- the dashboard's most frequent errors: a count per minute and type beside the throughput
+  if KEYS[9] then
+    redis.pcall('HINCRBY', KEYS[9], ARGV[14] .. ':error:' .. ARGV[7], 1)
+    redis.pcall('EXPIRE', KEYS[9], ARGV[15])
+  end
 end
 redis.call('HDEL', KEYS[1], 'lease', 'cancel_requested')
 
