@@ -40,7 +40,7 @@ DEMOTED_UNBLOCK = "UNBLOCKED force unblock from blocking operation, instance sta
 try:
     from redis.driver_info import DriverInfo
 except ImportError:  # redis-py < 7 computes its driver name once, at import
-    DriverInfo = None
+    DriverInfo = None  # type: ignore[assignment, misc]  # tested for None below
 
 _DRIVER_INFO = DriverInfo() if DriverInfo is not None else None
 
@@ -100,7 +100,7 @@ class _FollowsPrimary(AbstractConnection):
             raise PrimaryMoved(f"{self._host_error()} is a replica now ({exc})") from None
 
 
-_following_classes = {}
+_following_classes: dict[type, type] = {}
 
 
 def following(connection_class):

@@ -16,8 +16,10 @@ SWEEP_QUEUES = 1000
 SWEEP_MEMBERS = 1000
 """Most started-set members one reaper pass sweeps (SSCAN, resumed at the next pass)."""
 
-_sweep_starts = {}  # (prefix, purpose) -> rank in the queues set where the next window starts
-_started_scans = {}  # (prefix, queue) -> SSCAN cursor where its started set's sweep goes on
+# (prefix, purpose) -> rank in the queues set where the next window starts
+_sweep_starts: dict[tuple[str, str], int] = {}
+# (prefix, queue) -> SSCAN cursor where its started set's sweep goes on
+_started_scans: dict[tuple[str, str], int] = {}
 
 
 def sweep_window(client, purpose):
