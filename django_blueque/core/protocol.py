@@ -6,11 +6,24 @@ Values are written as blueque 1.0 writes them: strings, ints via ``str()``, time
 ``time.time()`` floats via ``repr()``.
 """
 
+from __future__ import annotations
+
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import keys as k
 from .protocol_upkeep import UpkeepOperations, _optional, encode_time, now
+
+if TYPE_CHECKING:
+    import redis
+    from redis.client import Pipeline
+
+WireValue = str | bytes | int | float
+"""What Redis stores as a task's parameters, result or error (redis-py encodes it)."""
+
+_W = TypeVar("_W")
 
 LEASE_TTL = 15.0
 """Seconds a running task's lease lasts without renewal; its process renews it every third."""
@@ -27,7 +40,7 @@ for its id (LPOS ... MAXLEN): a task deeper in a longer list is left alone (canc
 since LREM would scan the list whole while Redis serves nobody else."""
 
 
-def check_wire_value(name, value):
+def check_wire_value(name: str, value: _W) -> _W:
     """Parameters and results are strings on the wire. blueque 1.0 also let redis-py turn
     ints, floats and bytes into strings, so those are accepted too; anything else is refused
     before a byte is written."""
@@ -45,11 +58,11 @@ def lua_source(path):
                      for line in path.read_text().splitlines())
 
 
-def new_token():
+def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def new_task_id():
+def new_task_id() -> str:
     """A uuid4 string, as blueque 1.0 makes."""
     return str(uuid.uuid4())
 
@@ -58,7 +71,7 @@ class Protocol(UpkeepOperations):
     """The operations, bound to one Redis client and one key prefix (the scheduler's and
     the reaper's in UpkeepOperations)."""
 
-    def __init__(self, redis_client, prefix=k.DEFAULT_PREFIX):
+    def __init__(self, redis_client: redis.Redis, prefix: str = k.DEFAULT_PREFIX) -> None:
         self.redis = redis_client
         self.keys = k.Keys(prefix)
         self._task_prefix = self.keys.task("")
@@ -68,7 +81,7 @@ class Protocol(UpkeepOperations):
             for path in resources.files(__package__).joinpath("lua").iterdir()
             if path.name.endswith(".lua")}
 
-    def script(self, name):
+    def script(self, name: str) -> Callable[..., Any]:
         """A Lua script of lua/, run by EVALSHA (and loaded by redis-py when Redis lacks it)."""
         return self._scripts[name]
 
@@ -84,7 +97,10 @@ class Protocol(UpkeepOperations):
         pipe.zincrby(self.keys.queues, 0, queue)
         return task_id
 
-    def enqueue(self, queue, parameters_list, extra=None, task_ids=None, pipe=None):
+    def enqueue(self, queue: str, parameters_list: Sequence[WireValue],
+                extra: Mapping[str, object] | None = None,
+                task_ids: Sequence[str | None] | None = None,
+                pipe: Pipeline | None = None) -> list[str]:
         """HSET task ...; ZINCRBY queues 0 Q; LPUSH pending id -- for each parameters string,
         atomically, in one script call per ENQUEUE_BATCH tasks (several calls go in one MULTI).
         ``task_ids`` lets a caller choose the ids (to hand one out before the task is written);
@@ -94,8 +110,8 @@ class Protocol(UpkeepOperations):
         ids = [task_id or new_task_id() for task_id in task_ids or [None] * len(parameters_list)]
         extras = [item for name, value in (extra or {}).items() if value is not None
                   for item in (name, str(value))]
-        head = [queue, self._task_prefix, k.PENDING, encode_time(now()), len(extras) // 2,
-                *extras]
+        head: list[WireValue] = [queue, self._task_prefix, k.PENDING, encode_time(now()),
+                                 len(extras) // 2, *extras]
         keys = [self.keys.queues, *self.keys.waiting(queue)]
         calls = [head + [item for pair in zip(ids[start:start + ENQUEUE_BATCH],
                                               parameters_list[start:start + ENQUEUE_BATCH],
@@ -106,7 +122,7 @@ class Protocol(UpkeepOperations):
             script(keys=keys, args=calls[0])
             return ids
         own = pipe is None
-        pipe = self.redis.pipeline() if own else pipe
+        pipe = self.redis.pipeline() if pipe is None else pipe
         for args in calls:
             script(keys=keys, args=args, client=pipe)
         if own:
@@ -114,7 +130,9 @@ class Protocol(UpkeepOperations):
             pipe.reset()
         return ids
 
-    def schedule(self, queue, parameters, eta, extra=None, task_id=None):
+    def schedule(self, queue: str, parameters: WireValue, eta: float,
+                 extra: Mapping[str, object] | None = None,
+                 task_id: str | None = None) -> str:
         """MULTI; HSET task ... eta E; ZINCRBY queues 0 Q; ZADD scheduled E id; EXEC.
         An eta in the past is a plain enqueue, as in blueque 1.0."""
         check_wire_value("parameters", parameters)
@@ -136,8 +154,9 @@ class Protocol(UpkeepOperations):
 
     # -- listeners -------------------------------------------------------------------------
 
-    def heartbeat(self, listener_id, queues, info=None, collect_cancels=True,
-                  ttl=HEARTBEAT_TTL):
+    def heartbeat(self, listener_id: str, queues: Sequence[str],
+                  info: Mapping[str, object] | None = None, collect_cancels: bool = True,
+                  ttl: float = HEARTBEAT_TTL) -> tuple[bool, list[str], list[str]]:
         """Register or renew a listener on its queues until Redis's clock + ``ttl``, writing
         ``info`` (fields of its info hash) if given. Returns ``(registered, cancels, skipped)``:
         whether this beat (re-)registered it (its info must then be written whole), the task
@@ -152,7 +171,8 @@ class Protocol(UpkeepOperations):
         registered, cancels, skipped = self.script("heartbeat")(keys=keys, args=args)
         return bool(registered), cancels, skipped
 
-    def release_listener(self, listener_id, queue, own=False):
+    def release_listener(self, listener_id: str, queue: str, own: bool = False
+                         ) -> tuple[list[str], list[str]] | None:
         """Unregister a listener from one queue and requeue its unstarted tasks.
         Returns ``(requeued ids, started ids)``, or None when someone else released it."""
         released = self._release_listener(listener_id, queue, own)
@@ -160,7 +180,8 @@ class Protocol(UpkeepOperations):
             return None
         return released[0], released[1]
 
-    def claim_orphan(self, listener_id, queue, claimer):
+    def claim_orphan(self, listener_id: str, queue: str, claimer: str
+                     ) -> tuple[str | None, list[str]] | None:
         """blueque 1.0's claim of a dead listener: release it, but leave its newest reserved or
         started task (marked ``reclaimed_node``) for ``claimer`` to run or watch. Returns
         ``(claimed id or None, requeued ids)``, or None when someone else released it."""
@@ -177,7 +198,7 @@ class Protocol(UpkeepOperations):
             args=[listener_id, queue, self._task_prefix, encode_time(now()), "1" if own else "0",
                   *claimer])
 
-    def forget_listener(self, listener_id):
+    def forget_listener(self, listener_id: str) -> None:
         """Delete the extension keys of a listener that has left all its queues."""
         self.redis.delete(self.keys.listener_info(listener_id), self.keys.cancels(listener_id))
 
@@ -188,7 +209,8 @@ class Protocol(UpkeepOperations):
             pipe.zincrby(self.keys.queues, 1, queue)
             pipe.execute()
 
-    def reserve(self, queue, listener_id, token):
+    def reserve(self, queue: str, listener_id: str, token: str
+                ) -> tuple[str, bool, str] | None:
         """Move the next pending id (the first of the highest priority, see reserve.lua) to
         the listener's reserved list and mark the task reserved, atomically. Returns None when
         the queue is empty, else ``(task id, True, timeout)`` where timeout is the task's own
@@ -204,12 +226,13 @@ class Protocol(UpkeepOperations):
 
     # -- task processes --------------------------------------------------------------------
 
-    def set_lease_token(self, task_id, token):
+    def set_lease_token(self, task_id: str, token: str) -> None:
         """HSET task lease <token>: a token for a task reserved by blueque 1.0 (which writes
         none), so that its start and end are guarded like those of a task we reserved."""
         self.redis.hset(self.keys.task(task_id), "lease", token)
 
-    def start(self, queue, task_id, listener_id, pid, token, lease_ttl=LEASE_TTL):
+    def start(self, queue: str, task_id: str, listener_id: str, pid: int, token: str,
+              lease_ttl: float = LEASE_TTL) -> dict[str, str] | int:
         """MULTI; SADD started "L pid id"; HSET task status started pid P; EXEC, guarded by
         the reservation token and taking the task's lease. Returns the task's fields (go), 0
         (not ours any more) or -1 (cancelled while reserved: recorded as failed)."""
@@ -223,8 +246,11 @@ class Protocol(UpkeepOperations):
             return dict(zip(started[::2], started[1::2], strict=True))
         return started
 
-    def finish(self, queue, task_id, *, listener_id, pid, token, outcome, value,
-               error_type="", traceback="", retryable=True, policy=None, lapsed_only=False):
+    def finish(self, queue: str, task_id: str, *, listener_id: str | None,
+               pid: int | str | None, token: str | None, outcome: str, value: WireValue,
+               error_type: str = "", traceback: str = "", retryable: bool = True,
+               policy: Mapping[str, float | None] | None = None,
+               lapsed_only: bool = False) -> str:
         """blueque 1.0's complete or fail transaction (LREM reserved; SREM started; HSET task;
         LPUSH complete|failed), guarded by the token, applying the retry policy on failure.
         ``outcome``: 'complete', 'failed', or 'requeue' (the run never began: back to the
@@ -250,23 +276,25 @@ class Protocol(UpkeepOperations):
                   "1" if lapsed_only else "0", _optional(policy.get("retries")),
                   _optional(policy.get("backoff")), second // 60, k.THROUGHPUT_KEEP, queue])
 
-    def renew_lease(self, task_id, token, lease_ttl=LEASE_TTL):
+    def renew_lease(self, task_id: str, token: str, lease_ttl: float = LEASE_TTL
+                    ) -> tuple[bool, bool]:
         """Extend a running task's lease. Returns ``(held, cancel requested)``."""
         reply = self.script("renew_lease")(
             keys=[self.keys.lease(task_id), self.keys.task(task_id), self.keys.lease_expiries],
             args=[token, int(lease_ttl * 1000), task_id])
         return bool(reply[0]), len(reply) > 1 and reply[1] is not None
 
-    def report_progress(self, task_id, token, percent, message=""):
+    def report_progress(self, task_id: str, token: str, percent: float,
+                        message: str = "") -> bool:
         return bool(self.script("progress")(
             keys=[self.keys.task(task_id)],
             args=[token, repr(float(percent)), message, encode_time(now())]))
 
     # -- anyone ----------------------------------------------------------------------------
 
-    def cancel(self, task_id):
+    def cancel(self, task_id: str) -> str | None:
         """Cancel a task wherever it is; see cancel.lua."""
-        queue = self.redis.hget(self.keys.task(task_id), "queue")
+        queue = cast("str | None", self.redis.hget(self.keys.task(task_id), "queue"))
         if queue is None:
             return None
         return self.script("cancel")(
@@ -274,7 +302,7 @@ class Protocol(UpkeepOperations):
                   self.keys.failed(queue), self.keys.prioritized(queue)],
             args=[task_id, encode_time(now()), self.keys.cancels(""), UNLIST_WINDOW])
 
-    def retry(self, queue, task_id):
+    def retry(self, queue: str, task_id: str) -> int:
         """Put a failed task back in its queue: 1, 0 (not failed) or -1 (left alone: further
         than UNLIST_WINDOW from both ends of its failed list)."""
         return self.script("retry")(
@@ -288,7 +316,7 @@ class Protocol(UpkeepOperations):
             keys=[self.keys.task(task_id), self.keys.complete(queue), self.keys.failed(queue)],
             args=[task_id, UNLIST_WINDOW])
 
-    def delete(self, queue, task_id, status):
+    def delete(self, queue: str, task_id: str, status: str | None) -> None:
         """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only)."""
         if status not in k.FINISHED:
             raise ValueError(f"Cannot delete task with status {status}")
