@@ -9,6 +9,7 @@ containers may share a host name; they, and the listeners of other hosts, are th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 from . import keys as k
@@ -38,7 +39,9 @@ def dead_local_listeners(client: Client, queue: str, own_id: str) -> list[str]:
     return dead
 
 
-def recover_local_orphans(client, queue, own_id, policy=None):
+def recover_local_orphans(client: Client, queue: str, own_id: str,
+                          policy: Mapping[str, float | None] | None = None
+                          ) -> tuple[list[str], list[str]]:
     """What blueque 1.0's runner does when it starts, for every dead listener of ``queue`` on
     this host at once: unregister it, put its unstarted tasks back in the queue, and fail (or
     retry, by the task's or ``policy``'s retries) its started tasks whose process is gone too.
