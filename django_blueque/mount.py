@@ -31,7 +31,7 @@ def _own_include(urlconf):
     return path, match.app_names == [OWN]
 
 
-def own_include(urlconf=None):
+def own_include(urlconf: str | None = None) -> tuple[str, bool] | None:
     """(path of its dashboard, whether requests reach it) of the project's own include of
     django_blueque.urls, or None when the project has none."""
     return _own_include(urlconf or get_urlconf() or settings.ROOT_URLCONF)
