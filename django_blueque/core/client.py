@@ -188,7 +188,7 @@ class Task:
     _FLOATS = ("created", "updated", "eta", "started", "finished", "expires", "progress",
                "backoff", "timeout", "retention", "cancel_requested")
 
-    def __init__(self, task_id: str, fields: Mapping[str, str]) -> None:
+    def __init__(self, task_id: str, fields: Mapping[str, str | None]) -> None:
         self._id = task_id
         self.fields = dict(fields)
 
