@@ -230,11 +230,11 @@ class BluequeTask(Generic[P, R]):
         try:
             arguments = json.loads(task.parameters or "")
         except ValueError as exc:
-            raise ValueError(f"parameters are not JSON ({exc}): {task.parameters[:200]!r}"
+            raise ValueError(f"parameters are not JSON ({exc}): {(task.parameters or '')[:200]!r}"
                              ) from None
         if not isinstance(arguments, dict):
             raise TypeError(f"parameters must be a JSON object of {self.name}'s arguments, "
-                            f"not {type(arguments).__name__}: {task.parameters[:200]!r}")
+                            f"not {type(arguments).__name__}: {(task.parameters or '')[:200]!r}")
         try:
             self.signature.bind(**arguments)
         except TypeError as exc:

@@ -129,7 +129,7 @@ class Client:
         return self.protocol.cancel(task_id)
 
     def queue_names(self) -> list[str]:
-        return self.protocol.queue_names()
+        return cast("list[str]", self.redis.zrange(self.keys.queues, 0, -1))
 
 
 class Queue:
