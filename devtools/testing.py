@@ -18,8 +18,9 @@ nothing else is started here), ``gettext`` (a test checks that the translation c
 every marked string) and ``chromium`` (the browser tests drive it with Playwright; no
 browser is downloaded).
 
-Order: install every environment, run ``ruff check .`` (fail fast), then pytest in each
-environment. To keep the whole run under 20 minutes on two cores, the browser tests run only in
+Order: install every environment, run ``ruff check .`` and ``mypy`` (configured in setup.cfg:
+strict on the public API) in the first one (each fails fast), then pytest in each environment.
+To keep the whole run under 20 minutes on two cores, the browser tests run only in
 the newest-Django environment (the admin's templates are what changes between Django versions)
 and the blueque 1.0 interop tests only in the Python 3.11 one (blueque 1.0's users are on the
 older Pythons, and the interop venv is built with that interpreter), as are the minutes-long
@@ -427,6 +428,10 @@ def main(argv=None):
         if subprocess.run([ruff, "check", "."], cwd=REPO).returncode != 0:
             say("ruff found problems: fix them first (no test was run)")
             return 1
+        say("mypy (setup.cfg [mypy])")
+        if subprocess.run([env_mypy(envs[0])], cwd=REPO).returncode != 0:
+            say("mypy found type errors: fix them first (no test was run)")
+            return 1
         for env in envs:
             run_pytest(env, passthrough)
     except Failure as exc:
@@ -452,6 +457,16 @@ def main(argv=None):
     print(f"runtests: {totals['passed']} passed, {totals['failed']} failed, "
           f"{totals['skipped']} skipped", flush=True)
     return 1 if failed_envs else 0
+
+
+def env_mypy(env):
+    """The environment's mypy: it must see the environment's Django and django-stubs (the
+    ``test`` extra installs them), so none from PATH."""
+    mypy = env.dir / "bin" / "mypy"
+    if not mypy.exists():
+        raise Failure(f"mypy is not installed in {env.dir}: run without --no-install (the "
+                      f"test extra installs it)")
+    return str(mypy)
 
 
 def env_ruff(env):

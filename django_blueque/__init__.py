@@ -8,13 +8,20 @@ The public surface::
 They are imported on first use, so ``django_blueque.core`` (the engine) loads without Django.
 """
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
 
 __all__ = ["StopRequested", "TaskTimeout", "blueque_task", "cancel", "current_task",
            "get_result"]
 
+if TYPE_CHECKING:  # imported on first use (__getattr__); named here for type checkers
+    from .core import StopRequested, current_task
+    from .registry import blueque_task
+    from .results import TaskTimeout, get_result
 
-def cancel(task_id):
+
+def cancel(task_id: str) -> str | None:
     """Cancel a task from any process: 'cancelled' (it was waiting: it fails at once),
     'requested' (it is running: its listener stops it within seconds), the status of a task
     already finished, or None for an unknown task."""
@@ -26,7 +33,7 @@ def cancel(task_id):
     return get_client().cancel(task_id)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     if name == "blueque_task":
         from .registry import blueque_task
 

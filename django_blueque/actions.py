@@ -10,6 +10,7 @@ module adds who may run them and logs who started or stopped one.
 import logging
 from dataclasses import dataclass
 
+from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 from .conf import get_client, get_settings
@@ -67,8 +68,8 @@ class TaskAction:
     name: str
     permission: str
     statuses: tuple
-    label: str
-    question: str
+    label: str | Promise  # translated lazily
+    question: str | Promise
     run: object
 
     def applies_to(self, status):

@@ -9,7 +9,7 @@ class BluequeConfig(AppConfig):
     verbose_name = _("Blueque")
     default_auto_field = "django.db.models.AutoField"
 
-    def ready(self):
+    def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
 
         # Every installed app's tasks.py registers its @blueque_task functions, so bq_listen

@@ -17,10 +17,13 @@ an installed app or is listed in ``OPTIONS["TASK_MODULES"]``, the object must be
 backend alias and queue it names must be the ones of the Blueque queue it was taken from.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import datetime
 import json
 import sys
+from typing import Any, ParamSpec, TypeVar, cast
 
 from django.apps import apps
 from django.conf import settings
@@ -54,7 +57,10 @@ QUEUE_PREFIX = "django.tasks."
 ANY_QUEUE = QUEUE_PREFIX + "*"
 OPTION_NAMES = ("TASK_MODULES",)
 
-STATUSES = {
+P = ParamSpec("P")
+R = TypeVar("R")
+
+STATUSES: dict[str | None, TaskResultStatus] = {
     k.SCHEDULED: TaskResultStatus.READY, k.PENDING: TaskResultStatus.READY,
     k.RESERVED: TaskResultStatus.READY, k.STARTED: TaskResultStatus.RUNNING,
     k.COMPLETE: TaskResultStatus.SUCCESSFUL, k.FAILED: TaskResultStatus.FAILED,
@@ -65,7 +71,7 @@ class ForbiddenTask(ValueError):
     """A task record that names code this backend may not run (or import)."""
 
 
-def _time(value):
+def _time(value: float | None) -> datetime.datetime | None:
     """A Unix time as Django shows times: aware UTC with USE_TZ, else naive in TIME_ZONE."""
     if value is None:
         return None
@@ -79,26 +85,26 @@ class BluequeBackend(BaseTaskBackend):
     supports_get_result = True
     supports_priority = True  # higher first, then in order of arrival (reserve.lua)
 
-    def __init__(self, alias, params):
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         modules = self.options.get("TASK_MODULES", ())
         # a malformed value allows nothing (the system check reports it)
         self.task_modules = tuple(name for name in modules if isinstance(name, str) and name
                                   ) if isinstance(modules, (list, tuple)) else ()
 
-    def blueque_queue(self, queue_name):
+    def blueque_queue(self, queue_name: str) -> str:
         return ANY_QUEUE if not self.queues else QUEUE_PREFIX + queue_name
 
-    def blueque_queues(self):
+    def blueque_queues(self) -> list[str]:
         return sorted({self.blueque_queue(name) for name in self.queues} or {ANY_QUEUE})
 
-    def validate_task(self, task):
+    def validate_task(self, task: Task[..., Any]) -> None:
         super().validate_task(task)
         if not k.valid_name(self.blueque_queue(task.queue_name)):
             raise InvalidTask(f"Queue {task.queue_name!r} is not a valid Blueque queue name "
                               "(non-empty, no spaces).")
 
-    def check(self, **kwargs):
+    def check(self, **kwargs: Any) -> list[Any]:
         errors = []
         for queue_name in sorted(self.queues):
             if not k.valid_name(queue_name):
@@ -120,7 +126,8 @@ class BluequeBackend(BaseTaskBackend):
 
     # -- producing ------------------------------------------------------------------------------
 
-    def enqueue(self, task, args, kwargs):
+    def enqueue(self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
+                ) -> TaskResult[P, R]:
         self.validate_task(task)
         run_after = task.run_after
         if run_after is not None and timezone.is_naive(run_after):
@@ -141,11 +148,11 @@ class BluequeBackend(BaseTaskBackend):
             task_id = protocol.enqueue(queue, [parameters], policy)[0]
         result = self.get_result(task_id)
         task_enqueued.send(type(self), task_result=result)
-        return result
+        return cast("TaskResult[P, R]", result)  # the result of this very task
 
     # -- reading --------------------------------------------------------------------------------
 
-    def get_result(self, result_id):
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
         found = get_client().get_task(result_id) if k.valid_name(result_id) else None
         if found is None or not (found.queue or "").startswith(QUEUE_PREFIX):
             raise TaskResultDoesNotExist(result_id)
@@ -154,9 +161,9 @@ class BluequeBackend(BaseTaskBackend):
         except ForbiddenTask as exc:
             raise TaskResultDoesNotExist(f"{result_id}: {exc}") from None
 
-    def result_of(self, found, task):
+    def result_of(self, found: engine.Task, task: Task[P, R]) -> TaskResult[P, R]:
         """The TaskResult a Blueque task reads as."""
-        payload = json.loads(found.parameters)
+        payload = json.loads(cast(str, found.parameters))  # task_of() parsed them
         errors = [TaskError(exception_class_path=self.exception_path(error["type"]),
                             traceback=error["traceback"] or f"{error['type']}: {error['message']}")
                   for error in found.errors]  # one per failed run, oldest first
@@ -167,10 +174,11 @@ class BluequeBackend(BaseTaskBackend):
             args=payload["args"], kwargs=payload["kwargs"], backend=self.alias, errors=errors,
             worker_ids=[found.node] * (found.attempts or 0) if found.node else [])
         if found.status == k.COMPLETE:
-            object.__setattr__(result, "_return_value", json.loads(found.result))
+            # a complete task has a result
+            object.__setattr__(result, "_return_value", json.loads(cast(str, found.result)))
         return result
 
-    def task_of(self, found):
+    def task_of(self, found: engine.Task) -> Task[..., Any]:
         """The Task a task record names, as it was enqueued, or ForbiddenTask: the record must
         be of this backend and of the Blueque queue it is on, and name a Task of a module this
         backend may import."""
@@ -205,19 +213,21 @@ class BluequeBackend(BaseTaskBackend):
         except (InvalidTask, InvalidTaskBackend) as exc:
             raise ForbiddenTask(f"{path}: {exc}") from None
 
-    def exception_path(self, error_type):
+    def exception_path(self, error_type: str | None) -> str:
         """The exception class path of a failure, as ``TaskError.exception_class`` will import
         it: only from a module already imported or one this backend may import; otherwise
         (and for the engine's "Timeout", "Killed", "Cancelled"...) ``builtins.Exception``, the
         traceback text keeping the real type."""
         module, _dot, name = (error_type or "").rpartition(".")
         if module in sys.modules:  # e.g. "django_blueque.Cancelled", a type but no class
-            return error_type if hasattr(sys.modules[module], name) else "builtins.Exception"
+            # (error_type is not None: its module part is not empty)
+            return (cast(str, error_type) if hasattr(sys.modules[module], name)
+                    else "builtins.Exception")
         if module and self.may_import(module):
-            return error_type
+            return cast(str, error_type)
         return "builtins.Exception"
 
-    def may_import(self, module):
+    def may_import(self, module: str) -> bool:
         """Whether data in Redis may make this process import ``module``."""
         allowed = [config.name for config in apps.get_app_configs()] + list(self.task_modules)
         return any(module == name or module.startswith(name + ".") for name in allowed)
@@ -225,11 +235,12 @@ class BluequeBackend(BaseTaskBackend):
 
 # -- in the listener's task process ------------------------------------------------------------
 
-def run(found):
+def run(found: engine.Task) -> str:
     """Run a Tasks-framework task in the listener's task process (a raw-mode Blueque task whose
     ``queue`` is the one it was taken from), sending the framework's signals."""
     try:
-        backend = task_backends[json.loads(found.parameters)["backend"]]
+        # None raises TypeError, caught below as for any other malformed record
+        backend = task_backends[json.loads(found.parameters)["backend"]]  # type: ignore[arg-type]
     except (ValueError, TypeError, KeyError, InvalidTaskBackend) as exc:
         raise ForbiddenTask(f"the task names no backend of TASKS ({exc!r})") from None
     if not isinstance(backend, BluequeBackend):
@@ -259,7 +270,7 @@ def run(found):
     return wire
 
 
-def _status_after_failure(found):
+def _status_after_failure(found: engine.Task) -> TaskResultStatus:
     """FAILED, or READY when the engine will retry the task (its retry rule, see finish.lua)."""
     running = current_task()
     cancelled = running is not None and running.cancel_requested.is_set()
@@ -267,7 +278,7 @@ def _status_after_failure(found):
     return TaskResultStatus.READY if retries_left and not cancelled else TaskResultStatus.FAILED
 
 
-def register_queues():
+def register_queues() -> None:
     """Register the Blueque queues of every BluequeBackend in TASKS (invalid names are left to
     the system checks, which report them)."""
     for alias in getattr(settings, "TASKS", {}):

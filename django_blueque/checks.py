@@ -1,20 +1,26 @@
 """System checks: a malformed BLUEQUE setting fails ``manage.py check`` with an id and a hint;
 an include of django_blueque.urls that requests never reach is a warning."""
 
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from . import conf, mount
 
 
 @register(Tags.compatibility)
-def check_settings(app_configs=None, **kwargs):
+def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+                   ) -> list[CheckMessage]:
     return [Error(problem.msg, hint=problem.hint, id=problem.id, obj="settings.BLUEQUE")
             for problem in conf.problems()]
 
 
 @register(Tags.urls)
-def check_own_include(app_configs=None, **kwargs):
+def check_own_include(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+                      ) -> list[CheckMessage]:
     if not getattr(settings, "ROOT_URLCONF", None):
         return []
     included = mount.own_include()

@@ -5,8 +5,10 @@ reports it with an id and a hint) and raised as ImproperlyConfigured at first us
 """
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any, Literal, TypedDict, TypeGuard, cast, overload
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
@@ -22,7 +24,7 @@ DEFAULT_URL = "redis://localhost:6379/0"
 
 POLICY_KEYS = ("RETRIES", "BACKOFF", "TIMEOUT", "RETENTION")
 
-DEFAULTS = {
+DEFAULTS: dict[str, Any] = {  # the BLUEQUE setting's keys (its values: see problems())
     "URL": None,
     "CACHE": None,
     "OPTIONS": {},
@@ -55,7 +57,12 @@ class Problem:
     hint: str
 
 
-def _valid_number(value, allow_none=False, integer=False):
+@overload
+def _valid_number(value: object, allow_none: Literal[False] = False, integer: bool = False
+                  ) -> TypeGuard[float]: ...
+@overload
+def _valid_number(value: object, allow_none: bool, integer: bool = False) -> bool: ...
+def _valid_number(value: object, allow_none: bool = False, integer: bool = False) -> bool:
     """Whether a setting's Python value is a finite number >= 0 (not a bool; a whole one with
     ``integer``; None only with ``allow_none``). Settings are Python values, not strings."""
     if value is None:
@@ -67,7 +74,7 @@ def _valid_number(value, allow_none=False, integer=False):
     return math.isfinite(value) and value >= 0
 
 
-def _policy_problems(policy, where):
+def _policy_problems(policy: Mapping[str, object], where: str) -> list[Problem]:
     problems = []
     for name in POLICY_KEYS:
         if name not in policy:
@@ -84,7 +91,7 @@ def _policy_problems(policy, where):
     return problems
 
 
-def problems(raw=None):
+def problems(raw: object = None) -> list[Problem]:
     """Every mistake in the BLUEQUE setting (``raw`` defaults to the project's)."""
     if raw is None:
         raw = getattr(django_settings, "BLUEQUE", {})
@@ -195,16 +202,16 @@ class Settings:
 
     url: str | None
     cache: str | None
-    options: dict
-    sentinels: list | None
+    options: dict[str, Any]  # redis-py connection options
+    sentinels: list[tuple[str, int]] | None
     service_name: str | None
-    sentinel_options: dict
+    sentinel_options: dict[str, Any]
     prefix: str
     retries: int
     backoff: float
     timeout: float | None
     retention: float | None
-    queues: dict = field(default_factory=dict)
+    queues: dict[str, dict[str, float | None]] = field(default_factory=dict)
     eager: bool = False
     concurrency: int = 1
     kill_grace: float = 10
@@ -214,7 +221,7 @@ class Settings:
     wait_replicas: int = 0
     wait_timeout: float = 1.0
 
-    def policy(self, queue):
+    def policy(self, queue: str) -> dict[str, float | None]:
         """{'retries', 'backoff', 'timeout', 'retention'} for a queue: its QUEUES entry over
         the global defaults."""
         override = self.queues.get(queue, {})
@@ -223,7 +230,7 @@ class Settings:
 
 
 @cache
-def get_settings():
+def get_settings() -> Settings:
     found = problems()
     if found:
         raise ImproperlyConfigured("; ".join(f"{p.id}: {p.msg}" for p in found))
@@ -242,26 +249,34 @@ def get_settings():
         wait_timeout=raw["WAIT_TIMEOUT"])
 
 
+class _Acknowledgement(TypedDict):
+    wait_replicas: int
+    wait_timeout: float
+
+
 @cache
-def get_client():
+def get_client() -> Client:
     """The engine Client for the configured Redis (one per process; redis-py's pool is safe
     across fork)."""
     conf = get_settings()
-    acknowledgement = {"wait_replicas": conf.wait_replicas, "wait_timeout": conf.wait_timeout}
+    acknowledgement: _Acknowledgement = {"wait_replicas": conf.wait_replicas,
+                                         "wait_timeout": conf.wait_timeout}
     if conf.cache:
         from django_redis import get_redis_connection
 
         return Client(redis_client=get_redis_connection(conf.cache), prefix=conf.prefix,
                       **acknowledgement)
     if conf.sentinels:
-        return Client(redis_client=sentinel_redis(conf.sentinels, conf.service_name,
+        # problems() requires SERVICE_NAME with SENTINELS
+        service_name = cast(str, conf.service_name)
+        return Client(redis_client=sentinel_redis(conf.sentinels, service_name,
                                                   conf.sentinel_options, **conf.options),
                       prefix=conf.prefix, **acknowledgement)
     return Client(conf.url, prefix=conf.prefix, **acknowledgement, **conf.options)
 
 
 @receiver(setting_changed)
-def _reset(setting, **kwargs):
+def _reset(setting: str, **kwargs: Any) -> None:
     if setting in ("BLUEQUE", "CACHES"):
         get_settings.cache_clear()
         get_client.cache_clear()

@@ -20,5 +20,5 @@ class Queue(models.Model):
         verbose_name = _("queue")
         verbose_name_plural = _("queues and tasks")
 
-    def __str__(self):
+    def __str__(self) -> str:
         return str(self.pk)

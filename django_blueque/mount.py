@@ -8,6 +8,7 @@ include comes before ``admin.site.urls``, whose catch-all answers 404 for every 
 """
 
 import functools
+from collections.abc import Sequence
 
 from django.conf import settings
 from django.urls import Resolver404, get_resolver, get_script_prefix, get_urlconf, reverse
@@ -17,7 +18,7 @@ ADMIN = "admin:blueque"
 
 
 @functools.lru_cache(maxsize=8)
-def _own_include(urlconf):
+def _own_include(urlconf: str) -> tuple[str, bool] | None:
     """(path, reachable) of the project's own include of django_blueque.urls, or None."""
     resolver = get_resolver(urlconf)
     if OWN not in resolver.app_dict:
@@ -31,13 +32,13 @@ def _own_include(urlconf):
     return path, match.app_names == [OWN]
 
 
-def own_include(urlconf=None):
+def own_include(urlconf: str | None = None) -> tuple[str, bool] | None:
     """(path of its dashboard, whether requests reach it) of the project's own include of
     django_blueque.urls, or None when the project has none."""
     return _own_include(urlconf or get_urlconf() or settings.ROOT_URLCONF)
 
 
-def page_url(name, args=()):
+def page_url(name: str, args: Sequence[object] = ()) -> str:
     """reverse() of a Blueque page named ``blueque:<page>``, on the mount the user is on:
     the project's own include when requests reach it, else the admin site's."""
     included = own_include()

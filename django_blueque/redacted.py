@@ -10,7 +10,7 @@ MASK = "***"
 SECRET_QUERY_KEYS = ("password",)  # redis-py also reads the password from the query string
 
 
-def masked_url(url):
+def masked_url(url: str) -> str:
     """``url`` with its password (in the user part or the query string) replaced by ***."""
     try:
         parts = urlsplit(url)

@@ -5,6 +5,8 @@ Parameters travel as a JSON object of the function's arguments by name, so any p
 enqueue with one HSET/LPUSH transaction: ``{"video_id": 42}`` from redis-cli works.
 """
 
+from __future__ import annotations
+
 import copy
 import datetime
 import difflib
@@ -12,7 +14,9 @@ import inspect
 import json
 import logging
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, Self, TypeVar, overload
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import close_old_connections, connections, transaction
@@ -25,6 +29,9 @@ from .core.keys import valid_name
 
 logger = logging.getLogger("django_blueque.task")
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 class AlreadyRegistered(Exception):
     pass
@@ -34,15 +41,15 @@ class NotRegistered(LookupError):
     pass
 
 
-_registry = {}
+_registry: dict[str, BluequeTask[Any, Any]] = {}
 
 
-def registered_tasks():
+def registered_tasks() -> dict[str, BluequeTask[Any, Any]]:
     """{queue name: BluequeTask} of every registered task."""
     return dict(_registry)
 
 
-def task_for_queue(queue):
+def task_for_queue(queue: str) -> BluequeTask[Any, Any]:
     """The BluequeTask registered for ``queue`` (NotRegistered if none is)."""
     try:
         return _registry[queue]
@@ -50,7 +57,7 @@ def task_for_queue(queue):
         raise NotRegistered(f"no @blueque_task is registered for queue {queue!r}") from None
 
 
-def encode_json(value, what):
+def encode_json(value: object, what: str) -> str:
     try:
         return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -65,11 +72,17 @@ class Periodic:
     cron: str | None = None
 
 
-class BluequeTask:
+class BluequeTask(Generic[P, R]):
     """A function registered as the task of one queue. Calling it runs it inline."""
 
-    def __init__(self, func, queue=None, raw=False, retries=None, backoff=None, timeout=None,
-                 retention=None, periodic=None, cron=None, priority=None):
+    func: Callable[..., R]  # also called with the arguments decoded from JSON (run_wire)
+
+    def __init__(self, func: Callable[P, R],
+                 queue: str | None = None, raw: bool = False, retries: int | None = None,
+                 backoff: float | None = None, timeout: float | None = None,
+                 retention: float | None = None,
+                 periodic: float | datetime.timedelta | None = None, cron: str | None = None,
+                 priority: int | None = None) -> None:
         self.func = func
         self.name = f"{func.__module__}.{func.__qualname__}"
         self.queue = queue or self.name
@@ -87,10 +100,10 @@ class BluequeTask:
         self._policy = engine.policy_fields(retries, backoff, timeout, retention)
         engine.priority_field(priority)
         self.priority = priority
-        self._unique = {}  # unique_key and unique_until, set by using()
+        self._unique: dict[str, str] = {}  # unique_key and unique_until, set by using()
         if periodic is not None and cron is not None:
             raise ValueError(f"{self.name}: give periodic= or cron=, not both")
-        self.periodic = None
+        self.periodic: Periodic | None = None
         if (periodic is not None or cron is not None) and not self._callable_without_arguments():
             raise TypeError(f"{self.name}: a periodic task is called with no arguments, so it "
                             "cannot be raw=True nor have parameters without defaults")
@@ -111,20 +124,21 @@ class BluequeTask:
         self.__module__ = func.__module__
         self.__wrapped__ = func
 
-    def _callable_without_arguments(self):
+    def _callable_without_arguments(self) -> bool:
         return not self.raw and all(
             param.default is not param.empty or param.kind in (param.VAR_KEYWORD,)
             for param in self.signature.parameters.values())
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<BluequeTask {self.name} on queue {self.queue!r}>"
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
     # -- producing ------------------------------------------------------------------------------
 
-    def using(self, *, priority=None, unique_key=None, unique_until=None):
+    def using(self, *, priority: int | None = None, unique_key: str | None = None,
+              unique_until: str | None = None) -> Self:
         """This task with other options for the calls made through it, as Django's
         ``Task.using()``: ``encode.using(priority=10).enqueue(video_id=42)``. With a
         ``unique_key``, enqueue returns the id of the task of this queue already waiting with
@@ -136,22 +150,23 @@ class BluequeTask:
         other._unique = engine.unique_fields(unique_key, unique_until)
         return other
 
-    def task_fields(self):
+    def task_fields(self) -> dict[str, float | str]:
         """The task hash's policy fields (retries, backoff, timeout and retention: its
-        decorator options over the queue's and the global settings) and its priority."""
+        decorator options over the queue's and the global settings), its priority and its
+        unique key (see using())."""
         merged = get_settings().policy(self.queue)
         merged.update(self._policy)
         return {**engine.policy_fields(**merged), **engine.priority_field(self.priority),
                 **self._unique}
 
-    def encode(self, args, kwargs):
+    def encode(self, args: tuple[object, ...], kwargs: Mapping[str, object]) -> str:
         """The wire parameters for a call: checked against the signature and JSON-encoded, or
         TypeError / ValueError naming the argument (before anything is written)."""
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.name}: {self._unexpected(kwargs) or exc}") from None
-        arguments = {}
+        arguments: dict[str, object] = {}
         for name, value in bound.arguments.items():
             param = self.signature.parameters[name]
             if param.kind == param.VAR_KEYWORD:
@@ -162,7 +177,7 @@ class BluequeTask:
             encode_json(value, f"{self.name}: argument {name!r}")
         return encode_json(arguments, f"{self.name}: arguments")
 
-    def _unexpected(self, kwargs):
+    def _unexpected(self, kwargs: Mapping[str, object]) -> str | None:
         """What is wrong with keyword arguments the function does not take, or None. bind()
         reports a missing argument first, which hides the cause of a misspelt one."""
         params = self.signature.parameters
@@ -177,7 +192,7 @@ class BluequeTask:
                         f"; it takes {self.name}{self.signature}")
         return None
 
-    def enqueue(self, *args, **kwargs):
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Run the task in a listener; returns its id at once."""
         parameters = self.encode(args, kwargs)
         if get_settings().eager:
@@ -185,7 +200,8 @@ class BluequeTask:
         return self._write(parameters, lambda new_id: get_client().protocol.enqueue(
             self.queue, [parameters], self.task_fields(), [new_id])[0])
 
-    def schedule(self, eta, *args, **kwargs):
+    def schedule(self, eta: float | datetime.datetime | datetime.timedelta, *args: P.args,
+                 **kwargs: P.kwargs) -> str:
         """Run the task at ``eta`` (aware datetime, timedelta from now, or Unix time)."""
         when = engine.to_timestamp(eta)
         parameters = self.encode(args, kwargs)
@@ -194,7 +210,7 @@ class BluequeTask:
         return self._write(parameters, lambda new_id: get_client().protocol.schedule(
             self.queue, parameters, when, self.task_fields(), new_id))
 
-    def _write(self, parameters, write):
+    def _write(self, parameters: str, write: Callable[[str], str]) -> str:
         """``write(new id)`` the task; signal it unless a unique task of the same key was
         waiting already (its id is returned and nothing was written)."""
         new_id = str(uuid.uuid4())
@@ -203,7 +219,7 @@ class BluequeTask:
             signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
         return task_id
 
-    def enqueue_on_commit(self, *args, using=None, **kwargs):
+    def enqueue_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> str:
         """Enqueue when the current transaction of database ``using`` commits (nothing on
         rollback); returns the task's id at once, so a view can link to it."""
         if self._unique:
@@ -212,7 +228,7 @@ class BluequeTask:
         parameters = self.encode(args, kwargs)
         task_id = str(uuid.uuid4())
 
-        def write():
+        def write() -> None:
             if get_settings().eager:
                 self._run_eagerly(parameters, task_id)
                 return
@@ -224,7 +240,7 @@ class BluequeTask:
 
     # -- running --------------------------------------------------------------------------------
 
-    def run_wire(self, task):
+    def run_wire(self, task: engine.Task) -> object:
         """Run for a task read from Redis; returns the wire result. Parameters that are not a
         JSON object of this function's arguments fail this task with a readable error."""
         if self.raw:
@@ -232,11 +248,11 @@ class BluequeTask:
         try:
             arguments = json.loads(task.parameters or "")
         except ValueError as exc:
-            raise ValueError(f"parameters are not JSON ({exc}): {task.parameters[:200]!r}"
+            raise ValueError(f"parameters are not JSON ({exc}): {(task.parameters or '')[:200]!r}"
                              ) from None
         if not isinstance(arguments, dict):
             raise TypeError(f"parameters must be a JSON object of {self.name}'s arguments, "
-                            f"not {type(arguments).__name__}: {task.parameters[:200]!r}")
+                            f"not {type(arguments).__name__}: {(task.parameters or '')[:200]!r}")
         try:
             self.signature.bind(**arguments)
         except TypeError as exc:
@@ -244,7 +260,7 @@ class BluequeTask:
                             ) from None
         return encode_json(self.func(**arguments), f"{self.name}: the result")
 
-    def _run_eagerly(self, parameters, task_id=None):
+    def _run_eagerly(self, parameters: str, task_id: str | None = None) -> str:
         """EAGER mode: run now, in this process, through the same JSON round trip."""
         from .results import record_eager
 
@@ -265,8 +281,28 @@ class BluequeTask:
         return task_id
 
 
-def blueque_task(func=None, *, queue=None, raw=False, retries=None, backoff=None, timeout=None,
-                 retention=None, periodic=None, cron=None, priority=None):
+@overload
+def blueque_task(func: Callable[P, R], *,
+                 queue: str | None = None, raw: bool = False, retries: int | None = None,
+                 backoff: float | None = None, timeout: float | None = None,
+                 retention: float | None = None,
+                 periodic: float | datetime.timedelta | None = None, cron: str | None = None,
+                 priority: int | None = None) -> BluequeTask[P, R]: ...
+@overload
+def blueque_task(func: None = None, *,
+                 queue: str | None = None, raw: bool = False, retries: int | None = None,
+                 backoff: float | None = None, timeout: float | None = None,
+                 retention: float | None = None,
+                 periodic: float | datetime.timedelta | None = None, cron: str | None = None,
+                 priority: int | None = None
+                 ) -> Callable[[Callable[P, R]], BluequeTask[P, R]]: ...
+def blueque_task(func: Callable[P, R] | None = None, *,
+                 queue: str | None = None, raw: bool = False, retries: int | None = None,
+                 backoff: float | None = None, timeout: float | None = None,
+                 retention: float | None = None,
+                 periodic: float | datetime.timedelta | None = None, cron: str | None = None,
+                 priority: int | None = None
+                 ) -> BluequeTask[P, R] | Callable[[Callable[P, R]], BluequeTask[P, R]]:
     """Register a function as the task of one queue.
 
     ``queue`` defaults to the function's dotted path. ``raw=True`` hands the function the
@@ -276,7 +312,7 @@ def blueque_task(func=None, *, queue=None, raw=False, retries=None, backoff=None
     ``priority`` (-100..100, higher first) is the default of ``.using(priority=...)``.
     """
 
-    def register(function):
+    def register(function: Callable[P, R]) -> BluequeTask[P, R]:
         task = BluequeTask(function, queue, raw, retries, backoff, timeout, retention,
                            periodic, cron, priority)
         existing = _registry.get(task.queue)
@@ -295,12 +331,13 @@ def blueque_task(func=None, *, queue=None, raw=False, retries=None, backoff=None
 
 # -- in the listener and the task's process ---------------------------------------------------
 
-def run_task(task):
+def run_task(task: engine.Task) -> object:
     """The ForkingRunner callback: run a task with the function of the queue it was taken from,
     with fresh database connections (never one inherited across fork)."""
     running = current_task()
     queue = running.queue if running else task.queue  # the engine's: where it was taken from
-    registered = task_for_queue(queue)
+    # None only for a hash without a queue outside a runner: NotRegistered, as for any other
+    registered = task_for_queue(queue)  # type: ignore[arg-type]
     if queue != task.queue:
         logger.warning("task %s: its hash names queue %r but it was taken from %r; running "
                        "%s", task.id, task.queue, queue, registered.name)
@@ -314,9 +351,10 @@ def run_task(task):
         connections.close_all()
 
 
-def task_ended(task, outcome, value, error_type):
+def task_ended(task: engine.Task, outcome: str, value: object, error_type: str | None
+               ) -> None:
     """After the engine recorded a task's end: send the matching signal."""
-    registered = _registry.get(task.queue)
+    registered = _registry.get(task.queue or "")  # a hash without a queue: None
     if outcome == "complete":
         signals.task_succeeded.send(registered, task_id=task.id, result=value)
     elif outcome == "retry":
@@ -327,6 +365,6 @@ def task_ended(task, outcome, value, error_type):
         signals.task_failed.send(registered, task_id=task.id, error=value, error_type=error_type)
 
 
-def close_connections_before_fork():
+def close_connections_before_fork() -> None:
     """In the listener: a forked child must not share the parent's database sockets."""
     connections.close_all()

@@ -2,6 +2,7 @@
 
 import json
 import time
+from typing import TYPE_CHECKING, Any, Literal, Self, overload
 
 from .conf import get_client, get_settings
 from .core import Task
@@ -9,7 +10,7 @@ from .core.keys import FINISHED
 from .core.protocol import now
 from .core.values import error_code, error_fields
 
-_eager_tasks = {}
+_eager_tasks: dict[str, Task] = {}
 
 
 class TaskTimeout(TimeoutError):
@@ -19,28 +20,82 @@ class TaskTimeout(TimeoutError):
 class TaskResult:
     """What is known of a task. ``status`` is None for an unknown (or deleted) task."""
 
-    def __init__(self, task):
+    if TYPE_CHECKING:  # read through from the Task by __getattr__ (result: decoded, below)
+        @property
+        def status(self) -> str | None: ...
+        @property
+        def queue(self) -> str | None: ...
+        @property
+        def parameters(self) -> str | None: ...
+        @property
+        def created(self) -> float | None: ...
+        @property
+        def updated(self) -> float | None: ...
+        @property
+        def eta(self) -> float | None: ...
+        @property
+        def node(self) -> str | None: ...
+        @property
+        def pid(self) -> int | None: ...
+        @property
+        def error(self) -> str | None: ...
+        @property
+        def reclaimed_node(self) -> str | None: ...
+        @property
+        def attempts(self) -> int | None: ...
+        @property
+        def retries(self) -> int | None: ...
+        @property
+        def backoff(self) -> float | None: ...
+        @property
+        def timeout(self) -> float | None: ...
+        @property
+        def retention(self) -> float | None: ...
+        @property
+        def lease(self) -> str | None: ...
+        @property
+        def started(self) -> float | None: ...
+        @property
+        def finished(self) -> float | None: ...
+        @property
+        def expires(self) -> float | None: ...
+        @property
+        def progress(self) -> float | None: ...
+        @property
+        def progress_message(self) -> str | None: ...
+        @property
+        def error_type(self) -> str | None: ...
+        @property
+        def traceback(self) -> str | None: ...
+        @property
+        def last_error(self) -> str | None: ...
+        @property
+        def cancel_requested(self) -> float | None: ...
+        @property
+        def priority(self) -> str | None: ...
+
+    def __init__(self, task: Task) -> None:
         self.task = task
         self.id = task.id
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<TaskResult {self.id} {self.status}>"
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         # every field of the task (status, error, progress, attempts, created, ...) reads through
         return getattr(self.task, name)
 
     @property
-    def done(self):
+    def done(self) -> bool:
         """True once the task is complete or failed (``finished`` is the time it ended)."""
         return self.task.status in FINISHED
 
     @property
-    def successful(self):
+    def successful(self) -> bool:
         return self.task.status == "complete"
 
     @property
-    def result(self):
+    def result(self) -> Any:
         """The return value, decoded from JSON (the raw string if it is not JSON)."""
         raw = self.task.result
         if raw is None:
@@ -51,14 +106,14 @@ class TaskResult:
             return raw
 
     @property
-    def raw_result(self):
+    def raw_result(self) -> str | None:
         return self.task.result
 
-    def refresh(self):
+    def refresh(self) -> Self:
         self.task = _read(self.id)
         return self
 
-    def wait(self, timeout=None, interval=0.05):
+    def wait(self, timeout: float | None = None, interval: float = 0.05) -> Self:
         """Block until the task finishes; TaskTimeout after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.refresh().done:
@@ -71,7 +126,7 @@ class TaskResult:
         return self
 
 
-def _read(task_id):
+def _read(task_id: str) -> Task:
     if task_id in _eager_tasks:
         return _eager_tasks[task_id]
     if get_settings().eager:
@@ -79,12 +134,16 @@ def _read(task_id):
     return get_client().get_task(task_id)
 
 
-def get_result(task_id):
+def get_result(task_id: str) -> TaskResult:
     """The TaskResult of a task id (status None when there is no such task)."""
     return TaskResult(_read(task_id))
 
 
-def record_eager(task, status, result=None, error=None):
+@overload
+def record_eager(task: Task, status: Literal["complete"], result: object) -> None: ...
+@overload
+def record_eager(task: Task, status: Literal["failed"], *, error: BaseException) -> None: ...
+def record_eager(task: Task, status: str, result: Any = None, error: Any = None) -> None:
     """Keep an eagerly run task's outcome in this process, as Redis would have it."""
     stamp = repr(now())
     fields = dict(task.fields, status=status, updated=stamp, finished=stamp)

@@ -3,6 +3,8 @@ watched until they exit, stopped on a timeout or a cancellation (SIGTERM, then S
 end of one that died without reporting recorded for it. A mixin of ForkingRunner (runner.py),
 whose state (children, spare, backlog, policy) it shares."""
 
+from __future__ import annotations
+
 import json
 import logging
 import os
@@ -10,6 +12,8 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -17,6 +21,11 @@ from . import keys as k
 from .outages import is_transient
 from .task_process import TaskProcess, encode_result
 from .values import error_code, error_fields, positive_seconds
+
+if TYPE_CHECKING:
+    from .client import Client, Task
+    from .maintenance import Policy
+    from .protocol import Protocol
 
 logger = logging.getLogger("django_blueque.listener")
 task_logger = logging.getLogger("django_blueque.task")
@@ -40,7 +49,25 @@ class Child:
 class TaskProcesses:
     """ForkingRunner's half that forks, hands over, watches and records its task processes."""
 
-    def fork_task(self, task):
+    if TYPE_CHECKING:  # ForkingRunner's state, shared with this half
+        _client: Client
+        _protocol: Protocol
+        _callback: Callable[[Task], object]
+        _before_fork: Callable[[], object] | None
+        _on_task_end: Callable[[Task, str, Any, Any], object] | None
+        listener_id: str
+        policy: Policy
+        children: dict[int, Child]
+        tasks_taken: int
+        burst: bool
+        kill_grace: float
+        _backlog: list[Callable[[], object]]
+        _spare: tuple[int, int] | None
+
+        def _accepting(self) -> bool: ...
+        def _forget_wakeup(self) -> None: ...
+
+    def fork_task(self, task: Task) -> int:
         """blueque 1.0's: run a reserved task in a forked process, which records its start and
         its end through a Processor; returns the process's pid. (The runner's own loop hands
         tasks to processes forked ahead instead.)"""
@@ -82,7 +109,7 @@ class TaskProcesses:
         os.close(read_end)
         return pid, write_end
 
-    def _fork(self, queue, task_id, token, timeout):
+    def _fork(self, queue: str, task_id: str, token: str, timeout: object) -> None:
         """Run a reserved task in a process: the spare one forked while the listener was idle
         (so the fork is not on the way from enqueue to the task's code), or a new one. The
         listener records the start with the process's pid on its own warm connection and hands
@@ -117,14 +144,14 @@ class TaskProcesses:
         finally:
             os.close(write_end)
 
-    def _keep_spare(self):
+    def _keep_spare(self) -> None:
         """Have a spare task process ready (not in burst mode, where the listener is about to
         exit), busy slots or not: forked while tasks run, it is there the moment one ends, so a
         queue drains without a fork between two tasks (the spare runs nothing until then)."""
         if self._spare is None and not self.burst and self._accepting():
             self._spare = self._spawn()
 
-    def _drop_spare(self):
+    def _drop_spare(self) -> None:
         """Let the spare process go: on end of file it exits at once, unused."""
         if self._spare is not None:
             pid, write_end = self._spare
@@ -135,7 +162,7 @@ class TaskProcesses:
             except ChildProcessError:
                 pass
 
-    def _collect_children(self):
+    def _collect_children(self) -> None:
         """Reap every exited child, the spare included (PID 1 here does not reap zombies),
         and record the end of those that died without reporting."""
         while self.children or self._spare is not None:
@@ -205,7 +232,7 @@ class TaskProcesses:
             else:
                 task_logger.error("an end could not be recorded: %s", exc)
 
-    def _flush_backlog(self):
+    def _flush_backlog(self) -> None:
         while self._backlog:
             record = self._backlog[0]
             try:
@@ -216,12 +243,12 @@ class TaskProcesses:
                 task_logger.error("an end could not be recorded: %s", exc)
             self._backlog.pop(0)
 
-    def _stop_child(self, child, reason, current):
+    def _stop_child(self, child: Child, reason: str, current: float) -> None:
         child.stop_reason = reason
         child.kill_at = current + self.kill_grace
         self._signal_child(child, signal.SIGTERM)
 
-    def _enforce_deadlines(self, current):
+    def _enforce_deadlines(self, current: float) -> None:
         for child in self.children.values():
             if child.deadline and not child.stop_reason and current >= child.deadline:
                 task_logger.warning("task %s: timed out after %g s, stopping pid %d",
@@ -269,7 +296,7 @@ def _running_child(pid):
         return False
 
 
-def printable(text):
+def printable(text: str) -> str:
     """An id or name from Redis as one log line: control characters escaped."""
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 

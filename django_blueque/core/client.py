@@ -5,12 +5,16 @@ Code written for blueque 1.0 runs unchanged once its import names this package i
 Additions are keyword arguments and extra attributes only.
 """
 
+from __future__ import annotations
+
 import datetime
 import logging
 import os
 import threading
 import time
 import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
@@ -20,8 +24,8 @@ from .context import RunningTask, current_task, set_current_task
 from .maintenance import process_running
 from .orphans import dead_local_listeners
 from .outages import Outage
-from .protocol import HEARTBEAT_TTL, LEASE_TTL, Protocol, check_wire_value, new_token
-from .values import parse_errors, parse_number
+from .protocol import HEARTBEAT_TTL, LEASE_TTL, Protocol, WireValue, check_wire_value, new_token
+from .values import ErrorEntry, parse_errors, parse_number
 
 logger = logging.getLogger("django_blueque.engine")
 
@@ -31,7 +35,7 @@ LISTEN_BLOCK = 5
 """Seconds one blocking peek of ``Listener.listen()`` lasts before it is renewed."""
 
 
-def to_timestamp(eta):
+def to_timestamp(eta: float | datetime.datetime | datetime.timedelta) -> float:
     """A Unix time from a float, an aware datetime or a timedelta from now."""
     if isinstance(eta, datetime.timedelta):
         return time.time() + eta.total_seconds()
@@ -45,7 +49,9 @@ def to_timestamp(eta):
     return float(eta)
 
 
-def policy_fields(retries=None, backoff=None, timeout=None, retention=None):
+def policy_fields(retries: float | None = None, backoff: float | None = None,
+                  timeout: float | None = None, retention: float | None = None
+                  ) -> dict[str, float]:
     """Validated extension fields for a task's retry, timeout and retention policy."""
     fields = {}
     for name, value in (("retries", retries), ("backoff", backoff), ("timeout", timeout),
@@ -60,7 +66,7 @@ def policy_fields(retries=None, backoff=None, timeout=None, retention=None):
     return fields
 
 
-def priority_field(priority):
+def priority_field(priority: int | None) -> dict[str, int]:
     """The task-hash field of a priority: none for None or 0 (blueque 1.0's order: the pending
     list, which 1.0 workers read too), else ``{'priority': n}``. Higher runs first; Django's
     Tasks framework's range, -100..100."""
@@ -72,7 +78,8 @@ def priority_field(priority):
     return {"priority": priority} if priority else {}
 
 
-def unique_fields(unique_key=None, unique_until=None):
+def unique_fields(unique_key: str | None = None,
+                  unique_until: str | None = None) -> dict[str, str]:
     """The task-hash fields of a unique task: none without a key. While a task holding
     ``unique_key`` waits in its queue (or runs, with ``unique_until='end'``), enqueueing
     another with that key writes nothing and returns the holder's id (see enqueue.lua)."""
@@ -87,7 +94,9 @@ def unique_fields(unique_key=None, unique_until=None):
     return {"unique_key": unique_key, "unique_until": unique_until or k.UNIQUE_UNTIL[0]}
 
 
-def _fields(priority, policy, unique_key=None, unique_until=None):
+def _fields(priority: int | None, policy: Mapping[str, float | None],
+            unique_key: str | None = None,
+            unique_until: str | None = None) -> dict[str, float | str]:
     return {**policy_fields(**policy), **priority_field(priority),
             **unique_fields(unique_key, unique_until)}
 
@@ -101,8 +110,9 @@ class Client:
     once that many replicas acknowledged them (within ``wait_timeout`` seconds).
     """
 
-    def __init__(self, url=None, *, redis_client=None, prefix=k.DEFAULT_PREFIX, wait_replicas=0,
-                 wait_timeout=1.0, **kwargs):
+    def __init__(self, url: str | None = None, *, redis_client: redis.Redis | None = None,
+                 prefix: str = k.DEFAULT_PREFIX, wait_replicas: int = 0,
+                 wait_timeout: float = 1.0, **kwargs: Any) -> None:
         if redis_client is None:
             redis_client = url_redis(url or "redis://localhost:6379/0", **kwargs)
         else:
@@ -112,13 +122,13 @@ class Client:
                          if wait_replicas else Protocol(redis_client, prefix))
         self.keys = self.protocol.keys
 
-    def get_queue(self, name):
+    def get_queue(self, name: str) -> Queue:
         return Queue(self, name)
 
-    def get_task(self, task_id):
-        return Task(task_id, self.redis.hgetall(self.keys.task(task_id)))
+    def get_task(self, task_id: str) -> Task:
+        return Task(task_id, cast("dict[str, str]", self.redis.hgetall(self.keys.task(task_id))))
 
-    def get_tasks(self, task_ids):
+    def get_tasks(self, task_ids: Sequence[str]) -> list[Task]:
         """Several tasks in one round trip."""
         with self.redis.pipeline(transaction=False) as pipe:
             for task_id in task_ids:
@@ -126,32 +136,34 @@ class Client:
             replies = pipe.execute()
         return [Task(task_id, fields) for task_id, fields in zip(task_ids, replies, strict=True)]
 
-    def get_listener(self, queue_name):
+    def get_listener(self, queue_name: str) -> Listener:
         return Listener(self, queue_name)
 
-    def get_processor(self, task):
+    def get_processor(self, task: Task) -> Processor:
         return Processor(self, task)
 
-    def cancel(self, task_id):
+    def cancel(self, task_id: str) -> str | None:
         """Cancel a task from any process: 'cancelled' (it was waiting), 'requested' (it is
         running; its listener stops it within seconds), a finished status, or None."""
         return self.protocol.cancel(task_id)
 
-    def queue_names(self):
-        return self.protocol.queue_names()
+    def queue_names(self) -> list[str]:
+        return cast("list[str]", self.redis.zrange(self.keys.queues, 0, -1))
 
 
 class Queue:
     """A named queue: a list of tasks of one type."""
 
-    def __init__(self, client, name):
+    def __init__(self, client: Client, name: str) -> None:
         if not k.valid_name(name):
             raise ValueError(f"invalid queue name {name!r}: it must be non-empty, without spaces")
         self._client = client
         self._protocol = client.protocol
         self.name = name
 
-    def enqueue(self, parameters, priority=None, unique_key=None, unique_until=None, **policy):
+    def enqueue(self, parameters: WireValue, priority: int | None = None,
+                unique_key: str | None = None, unique_until: str | None = None,
+                **policy: float | None) -> str:
         """Add a task; returns its id. Keyword arguments: priority (-100..100, higher first;
         see priority_field), unique_key and unique_until (see unique_fields: the id returned
         is then the waiting task's, if one holds the key), retries, backoff, timeout,
@@ -159,30 +171,32 @@ class Queue:
         return self._protocol.enqueue(self.name, [parameters],
                                       _fields(priority, policy, unique_key, unique_until))[0]
 
-    def enqueue_many(self, parameters_list, priority=None, **policy):
+    def enqueue_many(self, parameters_list: Iterable[WireValue], priority: int | None = None,
+                     **policy: float | None) -> list[str]:
         """Add many tasks in one round trip; returns their ids in order."""
         return self._protocol.enqueue(self.name, list(parameters_list),
                                       _fields(priority, policy))
 
-    def schedule(self, parameters, eta, priority=None, unique_key=None, unique_until=None,
-                 **policy):
+    def schedule(self, parameters: WireValue, eta: float | datetime.datetime | datetime.timedelta,
+                 priority: int | None = None, unique_key: str | None = None,
+                 unique_until: str | None = None, **policy: float | None) -> str:
         """Add a task to run at ``eta`` (Unix time, aware datetime or timedelta); keyword
         arguments as enqueue's."""
         return self._protocol.schedule(self.name, parameters, to_timestamp(eta),
                                        _fields(priority, policy, unique_key, unique_until))
 
-    def enqueue_due_tasks(self):
+    def enqueue_due_tasks(self) -> list[str]:
         """Move this queue's due scheduled tasks to the queue; returns their ids. Due by this
         process's clock, as in blueque 1.0 (the scheduler, ``enqueue_due_tasks(client)``,
         goes by Redis's)."""
         return self._protocol.move_due(self.name, by_caller_clock=True)
 
-    def delete_task(self, task):
+    def delete_task(self, task: Task) -> None:
         if task.queue != self.name:
             raise ValueError(f"Task {task.id} is not in queue {self.name}")
         self._protocol.delete(self.name, task.id, task.status)
 
-    def retry_task(self, task):
+    def retry_task(self, task: Task) -> bool:
         """Put a failed task back in the queue; False if it was not failed (or was too deep
         in a long failed list to take out: see protocol.UNLIST_WINDOW)."""
         return self._protocol.retry(self.name, task.id) == 1
@@ -198,18 +212,18 @@ class Task:
     _FLOATS = ("created", "updated", "eta", "started", "finished", "expires", "progress",
                "backoff", "timeout", "retention", "cancel_requested")
 
-    def __init__(self, task_id, fields):
+    def __init__(self, task_id: str, fields: Mapping[str, str | None]) -> None:
         self._id = task_id
         self.fields = dict(fields)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Task {self.id} {self.status}>"
 
     @property
-    def id(self):
+    def id(self) -> str:
         return self._id
 
-    def _field(self, name):
+    def _field(self, name: str) -> str | int | float | None:
         value = self.fields.get(name)
         if value is None:
             return None
@@ -220,19 +234,80 @@ class Task:
         return value
 
     @property
-    def exists(self):
+    def exists(self) -> bool:
         return bool(self.fields)
 
     @property
-    def errors(self):
-        """Every failed run's error, oldest first: dicts of ERROR_FIELDS (see parse_errors)."""
+    def errors(self) -> list[ErrorEntry]:
+        """Every failed run's error, oldest first (see values.parse_errors)."""
         return parse_errors(self.fields)
+
+    if TYPE_CHECKING:  # the field properties made below the class, for the type checker
+        @property
+        def status(self) -> str | None: ...
+        @property
+        def queue(self) -> str | None: ...
+        @property
+        def parameters(self) -> str | None: ...
+        @property
+        def created(self) -> float | None: ...
+        @property
+        def updated(self) -> float | None: ...
+        @property
+        def eta(self) -> float | None: ...
+        @property
+        def node(self) -> str | None: ...
+        @property
+        def pid(self) -> int | None: ...
+        @property
+        def result(self) -> str | None: ...
+        @property
+        def error(self) -> str | None: ...
+        @property
+        def reclaimed_node(self) -> str | None: ...
+        @property
+        def attempts(self) -> int | None: ...
+        @property
+        def retries(self) -> int | None: ...
+        @property
+        def backoff(self) -> float | None: ...
+        @property
+        def timeout(self) -> float | None: ...
+        @property
+        def retention(self) -> float | None: ...
+        @property
+        def lease(self) -> str | None: ...
+        @property
+        def started(self) -> float | None: ...
+        @property
+        def finished(self) -> float | None: ...
+        @property
+        def expires(self) -> float | None: ...
+        @property
+        def progress(self) -> float | None: ...
+        @property
+        def progress_message(self) -> str | None: ...
+        @property
+        def error_type(self) -> str | None: ...
+        @property
+        def traceback(self) -> str | None: ...
+        @property
+        def last_error(self) -> str | None: ...
+        @property
+        def cancel_requested(self) -> float | None: ...
+        @property
+        def priority(self) -> str | None: ...
+        @property
+        def unique_key(self) -> str | None: ...
+        @property
+        def unique_until(self) -> str | None: ...
 
 
 for _name in k.PROTOCOL_FIELDS + k.EXTENSION_FIELDS:
     if _name == "errors":
         continue
-    setattr(Task, _name, property(lambda task, name=_name: task._field(name),
+    # a lambda's parameters cannot be annotated: the properties are declared in the class
+    setattr(Task, _name, property(lambda task, name=_name: task._field(name),  # type: ignore[misc]
                                   doc=f"The task's {_name!r} field."))
 del _name
 
@@ -246,7 +321,8 @@ class Listener:
     a listener while it runs a long task, as blueque 1.0 programs do, is never judged dead.
     """
 
-    def __init__(self, client, queue_name, listener_id=None, info=None):
+    def __init__(self, client: Client, queue_name: str, listener_id: str | None = None,
+                 info: Mapping[str, object] | None = None) -> None:
         self._client = client
         self._protocol = client.protocol
         self.queue = Queue(client, queue_name).name
@@ -260,13 +336,13 @@ class Listener:
         threading.Thread(target=_keep_beating, args=(weakref.ref(self), self._stopped),
                          name=f"blueque-heartbeat-{self.queue}", daemon=True).start()
 
-    def beat(self):
+    def beat(self) -> None:
         """Renew the heartbeat, registering with the listener's info when needed."""
         registered = self._protocol.heartbeat(self.id, [self.queue], collect_cancels=False)[0]
         if registered:
             self._protocol.heartbeat(self.id, [self.queue], self._info, collect_cancels=False)
 
-    def _beat_from_thread(self, outage):
+    def _beat_from_thread(self, outage: Outage) -> None:
         with self._beating:
             if self._stopped.is_set():
                 return
@@ -277,7 +353,7 @@ class Listener:
             else:
                 outage.recovered()
 
-    def listen(self):
+    def listen(self) -> Task:
         """Block until a task is reserved for this listener; returns it. (It waits on the
         pending list, as blueque 1.0 does: a task with a priority enqueued meanwhile is seen
         within LISTEN_BLOCK seconds; the forking runner waits on both.)"""
@@ -292,7 +368,7 @@ class Listener:
             # Blocking peek: moves the tail to the tail (no change) once the list has one.
             self._client.redis.blmove(pending, pending, LISTEN_BLOCK, "RIGHT", "RIGHT")
 
-    def claim_orphan(self):
+    def claim_orphan(self) -> Task | None:
         """blueque 1.0's claim: the newest reserved or started task of a dead listener of this
         queue on this host (its pid is gone), which is unregistered; None if there is none.
         The task stays reserved or started under the dead listener's id, marked
@@ -312,7 +388,7 @@ class Listener:
                 return self._client.get_task(task_id)
         return None
 
-    def stop(self):
+    def stop(self) -> None:
         """Unregister (blueque 1.0 never did) and requeue reserved tasks not yet started."""
         with self._beating:
             self._stopped.set()
@@ -320,7 +396,7 @@ class Listener:
         self._protocol.forget_listener(self.id)
 
 
-def _keep_beating(listener_ref, stopped):
+def _keep_beating(listener_ref: weakref.ref[Listener], stopped: threading.Event) -> None:
     """A Listener's heartbeat thread: every third of the heartbeat's length until ``stop()``,
     or until the listener is gone (garbage-collected: nobody can take tasks with it any more)."""
     outage = None
@@ -340,21 +416,24 @@ class Processor:
     process whose task was handed to someone else cannot record anything.
     """
 
-    def __init__(self, client, task):
+    _running: RunningTask | None
+
+    def __init__(self, client: Client, task: Task) -> None:
         self._client = client
         self._protocol = client.protocol
         self._task_id = task.id
-        self._queue = task.queue
-        self._listener_id = task.node
+        # a reserved task's hash has both (listen() and the runners give reserved tasks)
+        self._queue = cast(str, task.queue)
+        self._listener_id = cast(str, task.node)
         self._pid = task.pid
         self._token = task.lease
         self._running = None
 
     @property
-    def token(self):
+    def token(self) -> str | None:
         return self._token
 
-    def start(self, pid):
+    def start(self, pid: int) -> bool:
         """Mark the task started by ``pid``; returns False if it is no longer ours to run.
 
         The calling process keeps the task's lease alive from a daemon thread until it records
@@ -380,21 +459,24 @@ class Processor:
                              name="blueque-watch-pid", daemon=True).start()
         return True
 
-    def _let_lease_go_after(self, pid):
+    def _let_lease_go_after(self, pid: int) -> None:
         """Stop renewing the lease once ``pid`` has exited (the end is then recorded by the
         caller at once, or never: then the reaper recovers the task when the lease lapses)."""
-        while not self._running.finished.wait(LEASE_TTL / 3):
+        running = self._running
+        assert running is not None  # start() set it before starting this thread
+        while not running.finished.wait(LEASE_TTL / 3):
             if not process_running(pid):
-                self._running.finished.set()
+                running.finished.set()
 
-    def complete(self, result):
+    def complete(self, result: WireValue) -> str:
         return self._finish(k.COMPLETE, result)
 
-    def fail(self, error, error_type="", traceback="", retryable=True, error_code=""):
+    def fail(self, error: WireValue, error_type: str = "", traceback: str = "",
+             retryable: bool = True, error_code: str = "") -> str:
         return self._finish(k.FAILED, error, error_type, traceback, retryable, error_code)
 
-    def _finish(self, outcome, value, error_type="", traceback="", retryable=True,
-                error_code=""):
+    def _finish(self, outcome: str, value: WireValue, error_type: str = "", traceback: str = "",
+                retryable: bool = True, error_code: str = "") -> str:
         check_wire_value("result" if outcome == k.COMPLETE else "error", value)
         if self._running is not None:
             self._running.finished.set()

@@ -20,6 +20,8 @@ import os
 import socket
 import time
 import weakref
+from collections.abc import Sequence
+from typing import Any
 
 import redis
 import redis.sentinel
@@ -40,7 +42,7 @@ DEMOTED_UNBLOCK = "UNBLOCKED force unblock from blocking operation, instance sta
 try:
     from redis.driver_info import DriverInfo
 except ImportError:  # redis-py < 7 computes its driver name once, at import
-    DriverInfo = None
+    DriverInfo = None  # type: ignore[assignment, misc]  # tested for None below
 
 _DRIVER_INFO = DriverInfo() if DriverInfo is not None else None
 
@@ -100,7 +102,7 @@ class _FollowsPrimary(AbstractConnection):
             raise PrimaryMoved(f"{self._host_error()} is a replica now ({exc})") from None
 
 
-_following_classes = {}
+_following_classes: dict[type, type] = {}
 
 
 def following(connection_class):
@@ -187,7 +189,9 @@ class FollowingSentinel(redis.sentinel.Sentinel):
             f"No master found for {service_name!r}" + (f": {', '.join(errors)}" if errors else ""))
 
 
-def sentinel_redis(sentinels, service_name, sentinel_options=None, **options):
+def sentinel_redis(sentinels: Sequence[Sequence[Any]], service_name: str,
+                   sentinel_options: dict[str, Any] | None = None, **options: Any
+                   ) -> redis.Redis:
     """An engine client on the primary Sentinel names, following its failovers."""
     manager = FollowingSentinel([tuple(s) for s in sentinels],
                                 sentinel_kwargs=sentinel_options or None, **options)
@@ -195,14 +199,14 @@ def sentinel_redis(sentinels, service_name, sentinel_options=None, **options):
         service_name, manager, **{**options, **engine_options()}))
 
 
-def url_redis(url, **options):
+def url_redis(url: str, **options: Any) -> redis.Redis:
     """An engine client on a Redis URL, following a primary that moved behind its name."""
     pool = FollowingPool.from_url(url, **{**engine_options(), **options})
     pool.connection_class = following(pool.connection_class)
     return redis.Redis(connection_pool=pool)
 
 
-def engine_twin(redis_client):
+def engine_twin(redis_client: redis.Redis) -> redis.Redis:
     """A client on the same server and options as ``redis_client`` with the engine's options
     and failover handling, and its own pool (the original's users, e.g. a cache, keep getting
     bytes)."""
@@ -211,7 +215,8 @@ def engine_twin(redis_client):
     if isinstance(pool, redis.sentinel.SentinelConnectionPool):
         options.pop("connection_pool", None)
         options.pop("connection_class", None)
-        twin = FollowingSentinelPool(pool.service_name, pool.sentinel_manager, **options)
+        twin: redis.ConnectionPool = FollowingSentinelPool(
+            pool.service_name, pool.sentinel_manager, **options)
     else:
         kind = (FollowingBlockingPool if isinstance(pool, redis.BlockingConnectionPool)
                 else FollowingPool)
@@ -234,7 +239,8 @@ class AcknowledgedProtocol(Protocol):
 
     ACKNOWLEDGED = ("start", "finish")
 
-    def __init__(self, redis_client, prefix, replicas, timeout):
+    def __init__(self, redis_client: redis.Redis, prefix: str, replicas: int,
+                 timeout: float) -> None:
         super().__init__(redis_client, prefix)
         self.replicas = int(replicas)
         self.timeout_ms = max(1, int(timeout * 1000))

@@ -1,10 +1,18 @@
 """What a task's code can reach while it runs, without anything passed through its arguments."""
 
+from __future__ import annotations
+
 import threading
+from typing import TYPE_CHECKING
 
 from .lease import LeaseKeeper
 
-_current = None  # a process runs one task at a time: the forked child sets it once
+if TYPE_CHECKING:
+    from .client import Task
+    from .protocol import Protocol
+
+# a process runs one task at a time: the forked child sets it once
+_current: RunningTask | None = None
 
 
 class StopRequested(BaseException):
@@ -18,7 +26,8 @@ class StopRequested(BaseException):
 class RunningTask:
     """The task being run by this process: its id, attempt and a way to report progress."""
 
-    def __init__(self, protocol, task, token, timeout=None, queue=None):
+    def __init__(self, protocol: Protocol, task: Task, token: str, timeout: float | None = None,
+                 queue: str | None = None) -> None:
         self.protocol = protocol
         self.task = task
         self.id = task.id
@@ -36,7 +45,7 @@ class RunningTask:
         # renewal never finds the lease gone because this process just recorded its end
         self.recording = threading.Lock()
 
-    def report_progress(self, percent, message=""):
+    def report_progress(self, percent: float, message: str = "") -> bool | None:
         """Record how far the task is (0..100) and a message anyone can read."""
         percent = float(percent)
         if not 0 <= percent <= 100:
@@ -45,11 +54,11 @@ class RunningTask:
             raise TypeError(f"progress message must be a string, not {type(message).__name__}")
         return self.protocol.report_progress(self.id, self.token, percent, message)
 
-    def should_stop(self):
+    def should_stop(self) -> bool:
         """True once someone asked to cancel this task: a long task can end cleanly."""
         return self.cancel_requested.is_set() or self.lease_lost.is_set()
 
-    def keep_lease(self, parent_pid, own_process=True):
+    def keep_lease(self, parent_pid: int, own_process: bool = True) -> None:
         """Renew the lease from a daemon thread until ``finished`` is set (see lease.py)."""
         LeaseKeeper().keep(self, parent_pid, own_process)
 
@@ -59,38 +68,40 @@ class NoTask(RunningTask):
     mode), so task code runs unchanged there: progress is checked and goes nowhere, and
     nobody asks it to stop. False in a boolean test, as the None it replaces was."""
 
-    id = queue = token = task = None
+    # None outside a task: code that may run outside one tests ``if current_task():`` first
+    id = queue = token = task = None  # type: ignore[assignment]
     attempt = 1
 
     class _Nowhere:
         @staticmethod
-        def report_progress(task_id, token, percent, message):
+        def report_progress(task_id: object, token: object, percent: float, message: str
+                            ) -> None:
             return None
 
-    protocol = _Nowhere()
+    protocol = _Nowhere()  # type: ignore[assignment]  # what report_progress() calls
 
-    def __init__(self):
+    def __init__(self) -> None:
         pass  # no task, no lease: nothing of RunningTask's state is used
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<NoTask: not running in a listener>"
 
-    def should_stop(self):
+    def should_stop(self) -> bool:
         return False
 
 
 _NO_TASK = NoTask()
 
 
-def current_task():
+def current_task() -> RunningTask:
     """The RunningTask of this process; outside a task, a NoTask stand-in (false in a
     boolean test)."""
     return _NO_TASK if _current is None else _current
 
 
-def set_current_task(running):
+def set_current_task(running: RunningTask | None) -> None:
     global _current
     _current = running

@@ -54,14 +54,11 @@ EXTENSION_FIELDS = (
     "priority",          # -100..100, higher first; a task with one (not 0) waits in `prioritized`
     "unique_key",        # the key no other waiting task of the queue may hold (see `unique`)
     "unique_until",      # 'start' (the key is free once the task starts) or 'end'
-    "errors",            # JSON list of every failed run's error, oldest first (see ERROR_FIELDS)
+    "errors",            # JSON list of every failed run's error, oldest first (values.ErrorEntry)
 )
 
 UNIQUE_UNTIL = ("start", "end")
 """When a unique task frees its key: when it starts (the default) or when it ends."""
-
-ERROR_FIELDS = ("type", "message", "code", "time", "node", "attempt", "traceback")
-"""The fields of one entry of a task's ``errors`` list (finish.lua writes them)."""
 
 ERRORS_KEPT = 100
 """Most entries a task's ``errors`` list keeps (the oldest go first)."""
@@ -72,7 +69,7 @@ PRIORITIES = range(-100, 101)
 _SAFE_NAME = re.compile(r"^[^\s]+$")
 
 
-def valid_name(name, longest=None):
+def valid_name(name: object, longest: int | None = None) -> bool:
     """A queue name or task id usable in a key: non-empty, no whitespace (started-set members
     are space-separated, so a space would make them ambiguous), and at most ``longest``
     characters when given (the admin's bound on what a page looks up)."""
@@ -80,13 +77,13 @@ def valid_name(name, longest=None):
         longest is None or len(name) <= longest)
 
 
-def _valid_pid(text):
+def _valid_pid(text: str) -> bool:
     """A pid as written by someone else: ASCII digits, 1 .. 2**31 - 1 (a bigger number makes
     os.kill() raise OverflowError; 0 would mean the caller's own process group)."""
     return text.isascii() and text.isdigit() and len(text) <= 10 and 0 < int(text) < 2**31
 
 
-def hostname():
+def hostname() -> str:
     """This host's name, the host part of its listeners' ids and of what they report:
     ``socket.getfqdn()``, as blueque 1.0 names its listeners. Not cached: with a cache, the
     pickup latency of bench/run.py went from 2.8 to 4.9 ms here (p50; reproducible, from about
@@ -99,14 +96,14 @@ OUR_LISTENER_MARK = "~"
 """In the host part of the ids of our runners' listeners: ``<host>~<random>_<pid>``."""
 
 
-def unique_listener_id(host, pid):
+def unique_listener_id(host: str, pid: int) -> str:
     """An id unique per process start (hosts named localhost, containers sharing a hostname
     and reusing pids), of the ``<name>_<pid>`` shape blueque 1.0 parses. Its host part never
     equals a blueque 1.0 worker's hostname, so 1.0 never judges it by pid: its heartbeat does."""
     return f"{host}{OUR_LISTENER_MARK}{secrets.token_hex(4)}_{pid}"
 
 
-def parse_listener_id(listener_id):
+def parse_listener_id(listener_id: str) -> tuple[str, int] | None:
     """``(host, pid)`` of a listener id ``<host>_<pid>``, or None if it is malformed."""
     host, sep, pid = listener_id.rpartition("_")
     if not sep or not host or not _valid_pid(pid):
@@ -114,7 +111,7 @@ def parse_listener_id(listener_id):
     return host, int(pid)
 
 
-def parse_started_member(member):
+def parse_started_member(member: str) -> tuple[str, int, str] | None:
     """``(listener_id, pid, task_id)`` of a started-set member, or None if it is malformed."""
     parts = member.split(" ")
     if len(parts) != 3 or not _valid_pid(parts[1]):
@@ -125,150 +122,150 @@ def parse_started_member(member):
 class Keys:
     """Key names for one prefix."""
 
-    def __init__(self, prefix=DEFAULT_PREFIX):
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
         self.prefix = prefix
 
-    def _key(self, *parts):
+    def _key(self, *parts: str) -> str:
         return "_".join((self.prefix,) + parts)
 
     # blueque 1.0 keys
     @property
-    def queues(self):
+    def queues(self) -> str:
         return self._key("queues")
 
-    def pending(self, queue):
+    def pending(self, queue: str) -> str:
         return self._key("pending_tasks", queue)
 
-    def scheduled(self, queue):
+    def scheduled(self, queue: str) -> str:
         return self._key("scheduled_tasks", queue)
 
-    def reserved(self, queue, listener_id):
+    def reserved(self, queue: str, listener_id: str) -> str:
         return self._key("reserved_tasks", queue, listener_id)
 
-    def started(self, queue):
+    def started(self, queue: str) -> str:
         return self._key("started_tasks", queue)
 
-    def complete(self, queue):
+    def complete(self, queue: str) -> str:
         return self._key("complete_tasks", queue)
 
-    def failed(self, queue):
+    def failed(self, queue: str) -> str:
         return self._key("failed_tasks", queue)
 
-    def finished(self, queue, status):
+    def finished(self, queue: str, status: str) -> str:
         return self.complete(queue) if status == COMPLETE else self.failed(queue)
 
-    def listeners(self, queue):
+    def listeners(self, queue: str) -> str:
         return self._key("listeners", queue)
 
-    def task(self, task_id):
+    def task(self, task_id: str) -> str:
         return self._key("task", task_id)
 
     # extension keys
-    def prioritized(self, queue):
+    def prioritized(self, queue: str) -> str:
         """ZSET: the pending tasks with a priority, scored so that ZRANGE order is the order
         of taking (common.lib's make_pending). blueque 1.0 never reads it: tasks without a
         priority stay in the pending list, where 1.0 puts them."""
         return self._key("prioritized", queue)
 
-    def unique(self, queue):
+    def unique(self, queue: str) -> str:
         """HASH: unique key -> id of the task holding it, while it waits (or runs, with
         ``unique_until`` 'end'). An entry whose task no longer holds it is free (enqueue.lua
         checks the task), so a task deleted or run by blueque 1.0 never blocks its key."""
         return self._key("unique", queue)
 
-    def failed_of_type(self, queue, error_type):
+    def failed_of_type(self, queue: str, error_type: str) -> str:
         """ZSET index: the failed tasks of a queue whose ``error_type`` is this one -> time
         they failed; what the failed list's filter by error type pages through. Kept by the
         scripts that fail a task or take it out of the failed list (common.lib's
         index_failure); a task that blueque 1.0 failed is not in it."""
         return self._key("failed_of_type", f"{queue} {error_type}")
 
-    def error_types(self, queue):
+    def error_types(self, queue: str) -> str:
         """ZSET index: each error type with a ``failed_of_type`` index -> time of its newest
         failure (the filter's choices, most recent first)."""
         return self._key("error_types", queue)
 
-    def priority_sequence(self, queue):
+    def priority_sequence(self, queue: str) -> str:
         """STRING: a counter that orders the prioritized tasks of one priority (first in,
         first out)."""
         return self._key("priority_sequence", queue)
 
-    def priority_wake(self, queue):
+    def priority_wake(self, queue: str) -> str:
         """LIST holding one element while ``prioritized`` has tasks: what a listener's
         blocking peek waits on (a sorted set cannot be peeked at without taking)."""
         return self._key("priority_wake", queue)
 
-    def waiting(self, queue):
+    def waiting(self, queue: str) -> list[str]:
         """The keys where a queue's pending tasks wait, in the order the scripts take them:
         pending list, prioritized set, its sequence counter, its wake list."""
         return [self.pending(queue), self.prioritized(queue), self.priority_sequence(queue),
                 self.priority_wake(queue)]
 
-    def listener_leases(self, queue):
+    def listener_leases(self, queue: str) -> str:
         """ZSET: listener id -> time its heartbeat expires. Only our listeners are in it, so a
         listener of the listeners set that is absent here is a blueque 1.0 listener."""
         return self._key("listener_leases", queue)
 
-    def listener_info(self, listener_id):
+    def listener_info(self, listener_id: str) -> str:
         """HASH describing a live listener of ours: host, pid, queues, concurrency, beat."""
         return self._key("listener", listener_id)
 
-    def cancels(self, listener_id):
+    def cancels(self, listener_id: str) -> str:
         """SET of task ids whose cancellation the listener has still to carry out."""
         return self._key("cancels", listener_id)
 
-    def lease(self, task_id):
+    def lease(self, task_id: str) -> str:
         """STRING holding the lease token of a running task, with an expiry its process renews."""
         return self._key("lease", task_id)
 
-    def periodic(self, name):
+    def periodic(self, name: str) -> str:
         """STRING: the last due time a periodic task was enqueued for (exactly-once guard)."""
         return self._key("periodic", name)
 
     @property
-    def due_queues(self):
+    def due_queues(self) -> str:
         """ZSET index: queue -> earliest eta of the scheduled tasks we wrote (never later than
         the true earliest), so that a scheduler pass reads only the queues that are due."""
         return self._key("due_queues")
 
     @property
-    def lease_expiries(self):
+    def lease_expiries(self) -> str:
         """ZSET index: task id -> when its lease lapses (Redis's clock), kept by start,
         renew_lease and finish, so that a reaper pass reads only lapsed leases."""
         return self._key("lease_expiries")
 
     @property
-    def listener_expiries(self):
+    def listener_expiries(self) -> str:
         """ZSET index: ``"<queue> <listener id>"`` -> when its heartbeat lapses, kept by
         heartbeat and release_listener (queue names hold no space)."""
         return self._key("listener_expiries")
 
     @property
-    def expiring_queues(self):
+    def expiring_queues(self) -> str:
         """ZSET index: queue -> earliest ``expires`` of its finished tasks we know of, so that
         expiry reads only queues with something to delete."""
         return self._key("expiring_queues")
 
     @property
-    def reaper_clock(self):
+    def reaper_clock(self) -> str:
         """STRING written by every reaper pass (with a short expiry): a pass that cannot write
         it knows Redis refuses writes, so nobody can renew a lease either."""
         return self._key("reaper_clock")
 
-    def bulk_job(self, job_id):
+    def bulk_job(self, job_id: str) -> str:
         """HASH: progress of a bulk action (retry all, delete all) run in batches."""
         return self._key("bulk", job_id)
 
     @property
-    def bulk_running(self):
+    def bulk_running(self) -> str:
         """SET of the ids of the running bulk jobs, so that the reaper's loop finds them
         without reading a key per queue. (A job id is never 'running': see bulk_job_id.)"""
         return self._key("bulk", "running")
 
-    def throughput(self, queue, hour):
+    def throughput(self, queue: str, hour: int) -> str:
         """HASH of a queue's ends in one hour (Unix time // 3600): '<minute>:complete' and
         '<minute>:failed' -> count; one HINCRBY per end, expiring after THROUGHPUT_KEEP."""
         return self._key("throughput", queue, str(hour))
 
-    def started_member(self, listener_id, pid, task_id):
+    def started_member(self, listener_id: str, pid: int | str, task_id: str) -> str:
         return " ".join((listener_id, str(pid), task_id))

@@ -11,16 +11,22 @@ The reaper recovers a task only after it has seen its lease lapsed for a while (
 maintenance.Reaper), longer than this keeper needs to renew once Redis is back.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import signal
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import redis
 
 from .outages import Outage
 from .protocol import LEASE_TTL
+
+if TYPE_CHECKING:
+    from .context import RunningTask
 
 logger = logging.getLogger("django_blueque.task")
 
@@ -34,12 +40,12 @@ class LeaseKeeper(threading.Thread):
     process before a task is known (a thread's first start costs most); ``keep()`` then says
     which task it keeps."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(name="blueque-lease", daemon=True)
         self._given = threading.Event()
-        self._job = None
+        self._job: tuple[RunningTask, int, bool, float] | None = None
 
-    def keep(self, running, parent_pid, own_process):
+    def keep(self, running: RunningTask, parent_pid: int, own_process: bool) -> None:
         """Renew ``running``'s lease until ``running.finished`` is set. ``own_process``: this
         process exists for the task alone (a forking runner's child), so it may stop itself
         when the lease is lost, and enforce the task's timeout once its listener

@@ -8,10 +8,14 @@ expiring_queues), plus a sweep of a bounded window of queues (core/sweep.py), ro
 after pass, for what blueque 1.0 wrote (which keeps no index).
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
@@ -20,6 +24,12 @@ from . import sweep
 from .outages import is_transient
 from .protocol import LEASE_TTL
 from .protocol_upkeep import LAPSED_BATCH
+
+if TYPE_CHECKING:
+    from .client import Client
+
+Policy = Callable[[str], Mapping[str, float | None]]
+"""``queue -> {'retries', 'backoff', 'timeout', 'retention'}``: a queue's defaults."""
 
 logger = logging.getLogger("django_blueque.reaper")
 
@@ -34,12 +44,12 @@ class Action:
     task_id: str = ""
     listener_id: str = ""
 
-    def __str__(self):
+    def __str__(self) -> str:
         subject = f"task {self.task_id}" if self.task_id else f"listener {self.listener_id}"
         return f"{self.queue}: {subject}: {self.what} ({self.why})"
 
 
-def process_running(pid):
+def process_running(pid: int) -> bool:
     """blueque 1.0's liveness rule for a local pid (a zombie counts as running)."""
     try:
         os.kill(pid, 0)
@@ -50,7 +60,8 @@ def process_running(pid):
     return True
 
 
-def enqueue_due_tasks(client, queues=None):
+def enqueue_due_tasks(client: Client, queues: Iterable[str] | None = None
+                      ) -> dict[str, list[str]]:
     """Move due scheduled tasks of the given queues, or of the queues the due index says are
     due (after sweeping the next window of queues into it); returns {queue: [ids]}. A queue
     whose keys hold the wrong type is skipped with a warning: the others go on."""
@@ -59,7 +70,7 @@ def enqueue_due_tasks(client, queues=None):
         if window:
             client.protocol.index_queues(window)
         queues = client.protocol.due_queues(LAPSED_BATCH)
-    moved = {}
+    moved: dict[str, list[str]] = {}
     for queue in queues:
         try:
             ids = client.protocol.move_due(queue)
@@ -96,20 +107,23 @@ class Reaper:
     on. Every action is one guarded atomic step, so any number of reapers may run.
     """
 
-    def __init__(self, client, *, policy=None, hostname=None, confirm=CONFIRM_SECONDS):
+    def __init__(self, client: Client, *, policy: Policy | None = None,
+                 hostname: str | None = None, confirm: float = CONFIRM_SECONDS) -> None:
         self.client = client
-        self.policy = policy or (lambda queue: {})
+        self.policy: Policy = policy or (lambda queue: {})
         self.hostname = hostname or k.hostname()
         self.confirm = confirm
-        self._suspects = {}  # (kind, queue, name) -> Redis time first seen lapsed
-        self._last_pass = None  # Redis time of the last pass that reached Redis
+        # (kind, queue, name) -> Redis time first seen lapsed
+        self._suspects: dict[tuple[str, str, str], float] = {}
+        self._last_pass: float | None = None  # Redis time of the last pass that reached Redis
 
     @property
-    def undecided(self):
+    def undecided(self) -> bool:
         """True while some lapsed lease is being watched: look again within RECHECK_SECONDS."""
         return bool(self._suspects)
 
-    def reap(self, queues=None, dry_run=False):
+    def reap(self, queues: Iterable[str] | None = None, dry_run: bool = False
+             ) -> list[Action]:
         """One pass: release dead listeners, recover the tasks of dead processes, delete
         finished tasks past their retention. Returns the Actions done (or, with ``dry_run``,
         those it would do now for every lease lapsed at this moment)."""
@@ -121,8 +135,9 @@ class Reaper:
                     or uptime < self.confirm:
                 self._suspects.clear()  # Redis was away, refused writes or restarted
             self._last_pass = now
-            self._clock, self._uptime, self._dry_run, self._seen = now, uptime, dry_run, set()
-            self._handled = set()
+            self._clock, self._uptime, self._dry_run = now, uptime, dry_run
+            self._seen: set[tuple[str, str, str]] = set()
+            self._handled: set[tuple[str, str, str]] = set()
             actions = self._reap_listeners(queues)
             actions += self._recover_lost_tasks(queues)
             actions += self._expire(queues)
@@ -135,7 +150,7 @@ class Reaper:
             del self._suspects[subject]  # renewed since: alive
         return actions
 
-    def _lapsed_long_enough(self, subject):
+    def _lapsed_long_enough(self, subject: tuple[str, str, str]) -> bool:
         """Note a lapsed lease; True once it has been lapsed long enough to act on."""
         self._seen.add(subject)
         if self._dry_run:
@@ -143,7 +158,7 @@ class Reaper:
         first = self._suspects.setdefault(subject, self._clock)
         return self._clock - first >= self.confirm and self._uptime >= self.confirm
 
-    def _read(self, commands):
+    def _read(self, commands: Iterable[Callable[..., object]]) -> list[Any]:
         """Per-queue replies of a read-only pipeline; a queue whose key holds the wrong type
         gives an exception instead of its reply, and is skipped with a warning."""
         with self.client.redis.pipeline(transaction=False) as pipe:
@@ -151,14 +166,14 @@ class Reaper:
                 command(pipe)
             return pipe.execute(raise_on_error=False)
 
-    def _reap_listeners(self, queues):
+    def _reap_listeners(self, queues: Sequence[str]) -> list[Action]:
         """Release dead listeners: requeue every task they reserved but had not started.
         Ours are dead once their heartbeat has lapsed long enough; blueque 1.0's (no
         heartbeat) by 1.0's own rule only: same host and pid not running."""
-        actions = []
+        actions: list[Action] = []
         for queue, listener_id, expiry in self.client.protocol.lapsed_listeners(
                 dry_run=self._dry_run):
-            leases = {} if expiry is None else {listener_id: expiry}
+            leases: dict[str, float] = {} if expiry is None else {listener_id: expiry}
             actions += self._judge_listener(queue, listener_id, leases)
         keys = self.client.keys
         replies = self._read([command for queue in queues for command in (
@@ -173,14 +188,16 @@ class Reaper:
                 actions += self._judge_listener(queue, listener_id, leases)
         return actions
 
-    def _judge_listener(self, queue, listener_id, leases):
+    def _judge_listener(self, queue: str, listener_id: str, leases: Mapping[str, float]
+                        ) -> list[Action]:
         if ("listener", queue, listener_id) in self._handled:
             return []  # seen in the index and in the sweep's window
         self._handled.add(("listener", queue, listener_id))
         why = self._why_dead(queue, listener_id, leases)
         return self._release(queue, listener_id, why) if why else []
 
-    def _why_dead(self, queue, listener_id, leases):
+    def _why_dead(self, queue: str, listener_id: str, leases: Mapping[str, float]
+                  ) -> str | None:
         parsed = k.parse_listener_id(listener_id)
         if parsed is None:
             logger.warning("queue %s: skipping malformed listener id %r", queue, listener_id)
@@ -197,10 +214,11 @@ class Reaper:
             return f"blueque 1.0 listener: pid {pid} is gone"
         return None
 
-    def _release(self, queue, listener_id, why):
+    def _release(self, queue: str, listener_id: str, why: str) -> list[Action]:
         client = self.client
         if self._dry_run:
-            reserved = client.redis.lrange(client.keys.reserved(queue, listener_id), 0, -1)
+            reserved = cast("list[str]",
+                            client.redis.lrange(client.keys.reserved(queue, listener_id), 0, -1))
             return [Action(queue, "would release listener", why, listener_id=listener_id)] + [
                 Action(queue, "would requeue or check", f"held by dead {listener_id}", task_id)
                 for task_id in reserved]
@@ -213,11 +231,11 @@ class Reaper:
             Action(queue, "requeued", f"reserved by dead listener {listener_id}, never started",
                    task_id) for task_id in requeued]
 
-    def _recover_lost_tasks(self, queues):
+    def _recover_lost_tasks(self, queues: Sequence[str]) -> list[Action]:
         """Fail or retry started tasks whose process is gone: ours once their lease has
         lapsed long enough; blueque 1.0's when their listener is gone and their pid is not
         running on this host."""
-        actions = []
+        actions: list[Action] = []
         for task_id, queue, listener_id, pid, token in self.client.protocol.lapsed_leases(
                 dry_run=self._dry_run):
             parsed = k.parse_listener_id(listener_id)
@@ -234,7 +252,7 @@ class Reaper:
             lambda pipe, q=queue: pipe.sscan(keys.started(q), sweep.started_cursor(keys, q),
                                              count=sweep.SWEEP_MEMBERS),
             lambda pipe, q=queue: pipe.smembers(keys.listeners(q)))])
-        candidates = []
+        candidates: list[tuple[str, str, str, int, str, set[str]]] = []
         for index, queue in enumerate(queues):
             started, listeners = replies[2 * index], replies[2 * index + 1]
             if _skip_broken(queue, "started tasks", started, listeners):
@@ -242,12 +260,12 @@ class Reaper:
             cursor, started = started
             sweep.resume_started_at(keys, queue, cursor)
             for member in started:
-                parsed = k.parse_started_member(member)
-                if parsed is None:
+                member_parts = k.parse_started_member(member)
+                if member_parts is None:
                     logger.warning("queue %s: skipping malformed started member %r", queue,
                                    member)
                     continue
-                candidates.append((queue, member, *parsed, listeners))
+                candidates.append((queue, member, *member_parts, listeners))
         if not candidates:
             return actions
         states = self._read([command for candidate in candidates for command in (
@@ -260,15 +278,17 @@ class Reaper:
                 logger.warning("queue %s: task %r is not a hash; skipped", candidate[0],
                                candidate[4])
                 continue
-            actions += self._recover(*candidate[:5], candidate[5], *state, lease_alive)
+            status, token, reclaimed = state  # HMGET of three fields
+            actions += self._recover(*candidate, status, token, reclaimed, lease_alive)
         return actions
 
-    def _within_budget(self, queues):
+    def _within_budget(self, queues: Sequence[str]) -> list[str]:
         """The window's queues whose started sets this pass sweeps: those with members, in
         order, while the members read stay within sweep.SWEEP_MEMBERS (at least one queue)."""
         sizes = self._read([lambda pipe, q=queue: pipe.scard(self.client.keys.started(q))
                             for queue in queues])
-        chosen, budget = [], sweep.SWEEP_MEMBERS
+        chosen: list[str] = []
+        budget = sweep.SWEEP_MEMBERS
         for queue, size in zip(queues, sizes, strict=True):
             if isinstance(size, Exception):
                 chosen.append(queue)  # read again below, to be reported
@@ -277,8 +297,9 @@ class Reaper:
                 budget -= min(size, sweep.SWEEP_MEMBERS)
         return chosen
 
-    def _recover(self, queue, member, listener_id, pid, task_id, listeners, status, token,
-                 reclaimed, lease_alive):
+    def _recover(self, queue: str, member: str, listener_id: str, pid: int, task_id: str,
+                 listeners: Iterable[str], status: str | None, token: str | None,
+                 reclaimed: str | None, lease_alive: bool | int) -> list[Action]:
         if ("task", queue, member) in self._handled:
             return []  # seen in the index and in the sweep's window
         self._handled.add(("task", queue, member))
@@ -316,31 +337,33 @@ class Reaper:
             return []
         return [Action(queue, "retried" if outcome == "retry" else "failed", why, task_id)]
 
-    def _expire(self, queues):
+    def _expire(self, queues: Sequence[str]) -> list[Action]:
         """Expire the finished lists the expiring index says are due, after sweeping the
         window's queues into it."""
         protocol = self.client.protocol
-        lists = protocol.expiring_lists(LAPSED_BATCH, dry_run=self._dry_run)
+        lists: Iterable[tuple[str, str]] = protocol.expiring_lists(LAPSED_BATCH,
+                                                                   dry_run=self._dry_run)
         if self._dry_run:  # nothing written: the window's lists are looked at directly
             lists = set(lists) | {(status, queue) for queue in queues for status in k.FINISHED}
         elif queues:
             protocol.index_queues(queues, lambda queue: self.policy(queue).get("retention"))
             lists = protocol.expiring_lists(LAPSED_BATCH)
-        actions = []
+        actions: list[Action] = []
         for status, queue in sorted(lists, key=lambda entry: (entry[1], entry[0])):
             actions += _expire_list(self.client, queue, status,
                                     self.policy(queue).get("retention"), self._dry_run)
         return actions
 
 
-def _skip_broken(queue, what, *replies):
+def _skip_broken(queue: str, what: str, *replies: object) -> bool:
     broken = [reply for reply in replies if isinstance(reply, Exception)]
     if broken:
         logger.warning("queue %s: %s not read: %s", queue, what, broken[0])
     return bool(broken)
 
 
-def _expire_list(client, queue, status, default, dry_run):
+def _expire_list(client: Client, queue: str, status: str, default: float | None,
+                 dry_run: bool) -> list[Action]:
     try:
         count = client.protocol.expire_finished(queue, status, default, dry_run=dry_run)
     except redis.ResponseError as exc:
@@ -354,15 +377,17 @@ def _expire_list(client, queue, status, default, dry_run):
                    "retention passed")]
 
 
-def reap(client, queues=None, retention=None, dry_run=False, hostname=None, *, policy=None,
-         confirm=CONFIRM_SECONDS):
+def reap(client: Client, queues: Iterable[str] | None = None,
+         retention: float | Callable[[str], float | None] | None = None, dry_run: bool = False,
+         hostname: str | None = None, *, policy: Policy | None = None,
+         confirm: float = CONFIRM_SECONDS) -> list[Action]:
     """Reap until decided: passes RECHECK_SECONDS apart until no lapsed lease is left
     undecided (at most about ``confirm`` seconds). Returns the Actions (the caller reports
     them: bq_reap prints them). A dry run is one pass that reports every lapsed lease.
     ``policy``: ``queue -> {'retries', 'backoff', 'retention'}``, the queue's defaults for
     tasks that lack them; or ``retention``: seconds, or ``queue -> seconds``."""
     if policy is None:
-        def policy(queue):
+        def policy(queue: str) -> Mapping[str, float | None]:
             return {"retention": retention(queue) if callable(retention) else retention}
     reaper = Reaper(client, policy=policy, hostname=hostname, confirm=confirm)
     actions = reaper.reap(queues, dry_run)

@@ -6,32 +6,42 @@ forking runner's start-up pass are built on this module. The listeners of our ru
 containers may share a host name; they, and the listeners of other hosts, are the reaper's.
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, cast
 
 from . import keys as k
 from .maintenance import process_running
 
+if TYPE_CHECKING:
+    from .client import Client
 
-def local_pid(listener_id, hostname):
+
+def local_pid(listener_id: str, hostname: str) -> int | None:
     """The pid of a listener id ``<hostname>_<pid>``, else None."""
     parsed = k.parse_listener_id(listener_id)
     return parsed[1] if parsed is not None and parsed[0] == hostname else None
 
 
-def dead_local_listeners(client, queue, own_id):
+def dead_local_listeners(client: Client, queue: str, own_id: str) -> list[str]:
     """Listeners of ``queue`` that blueque 1.0's rule finds dead: from this host and their pid
     not running. It holds for ours too: on its own host a pid tells at once what an expired
     heartbeat tells 15 s later."""
     hostname = k.hostname()
     dead = []
-    for listener_id in sorted(client.redis.smembers(client.keys.listeners(queue))):
+    for listener_id in sorted(cast("set[str]",
+                                   client.redis.smembers(client.keys.listeners(queue)))):
         pid = local_pid(listener_id, hostname)
         if listener_id != own_id and pid and pid != os.getpid() and not process_running(pid):
             dead.append(listener_id)
     return dead
 
 
-def recover_local_orphans(client, queue, own_id, policy=None):
+def recover_local_orphans(client: Client, queue: str, own_id: str,
+                          policy: Mapping[str, float | None] | None = None
+                          ) -> tuple[list[str], list[str]]:
     """What blueque 1.0's runner does when it starts, for every dead listener of ``queue`` on
     this host at once: unregister it, put its unstarted tasks back in the queue, and fail (or
     retry, by the task's or ``policy``'s retries) its started tasks whose process is gone too.

@@ -6,6 +6,7 @@ lease or its result, nor a listener, scheduler or reaper exit: each waits with a
 logs one line when Redis goes away and one when it answers again, and carries on.
 """
 
+import logging
 import time
 
 import redis
@@ -19,7 +20,7 @@ _TRANSIENT_CODES = ("LOADING", "READONLY", "OOM", "BUSY", "MASTERDOWN", "NOREPLI
 MAX_PAUSE = 10.0
 
 
-def is_transient(exc):
+def is_transient(exc: BaseException) -> bool:
     """True for an error that says Redis is away or cannot write for now (wait and try again),
     False for one that says the data or the command is wrong (trying again will not help)."""
     if isinstance(exc, TRANSIENT_ERRORS):
@@ -35,18 +36,18 @@ class Outage:
     """The state of one loop's access to Redis: how long to pause after a failure, and one log
     line per change of state (not one per attempt)."""
 
-    def __init__(self, logger, who, first_pause=0.5):
+    def __init__(self, logger: logging.Logger, who: str, first_pause: float = 0.5) -> None:
         self.logger = logger
         self.who = who
         self.first_pause = first_pause
         self.pause = 0.0
-        self.since = None
+        self.since: float | None = None
 
     @property
-    def ongoing(self):
+    def ongoing(self) -> bool:
         return self.since is not None
 
-    def failed(self, exc):
+    def failed(self, exc: BaseException) -> float:
         """Record a failed attempt; returns the seconds to wait before the next one."""
         if self.since is None:
             self.since = time.monotonic()
@@ -56,7 +57,7 @@ class Outage:
         self.pause = min(max(self.pause * 2, self.first_pause), MAX_PAUSE)
         return self.pause
 
-    def recovered(self):
+    def recovered(self) -> None:
         if self.since is not None:
             self.logger.warning("%s: Redis answers again after %.1f s", self.who,
                                 time.monotonic() - self.since)

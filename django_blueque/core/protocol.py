@@ -6,11 +6,24 @@ Values are written as blueque 1.0 writes them: strings, ints via ``str()``, time
 ``time.time()`` floats via ``repr()``.
 """
 
+from __future__ import annotations
+
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import keys as k
 from .protocol_upkeep import UpkeepOperations, _optional, encode_time, now
+
+if TYPE_CHECKING:
+    import redis
+    from redis.client import Pipeline
+
+WireValue = str | bytes | int | float
+"""What Redis stores as a task's parameters, result or error (redis-py encodes it)."""
+
+_W = TypeVar("_W")
 
 LEASE_TTL = 15.0
 """Seconds a running task's lease lasts without renewal; its process renews it every third."""
@@ -27,7 +40,7 @@ for its id (LPOS ... MAXLEN): a task deeper in a longer list is left alone (canc
 since LREM would scan the list whole while Redis serves nobody else."""
 
 
-def check_wire_value(name, value):
+def check_wire_value(name: str, value: _W) -> _W:
     """Parameters and results are strings on the wire. blueque 1.0 also let redis-py turn
     ints, floats and bytes into strings, so those are accepted too; anything else is refused
     before a byte is written."""
@@ -45,11 +58,11 @@ def lua_source(path):
                      for line in path.read_text().splitlines())
 
 
-def new_token():
+def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def new_task_id():
+def new_task_id() -> str:
     """A uuid4 string, as blueque 1.0 makes."""
     return str(uuid.uuid4())
 
@@ -58,7 +71,7 @@ class Protocol(UpkeepOperations):
     """The operations, bound to one Redis client and one key prefix (the scheduler's and
     the reaper's in UpkeepOperations)."""
 
-    def __init__(self, redis_client, prefix=k.DEFAULT_PREFIX):
+    def __init__(self, redis_client: redis.Redis, prefix: str = k.DEFAULT_PREFIX) -> None:
         self.redis = redis_client
         self.keys = k.Keys(prefix)
         self._task_prefix = self.keys.task("")
@@ -68,14 +81,16 @@ class Protocol(UpkeepOperations):
             for path in resources.files(__package__).joinpath("lua").iterdir()
             if path.name.endswith(".lua")}
 
-    def script(self, name):
+    def script(self, name: str) -> Callable[..., Any]:
         """A Lua script of lua/, run by EVALSHA (and loaded by redis-py when Redis lacks it)."""
         return self._scripts[name]
 
     # -- producers -------------------------------------------------------------------------
 
-    def enqueue(self, queue, parameters_list, extra=None, task_ids=None, pipe=None,
-                status=k.PENDING):
+    def enqueue(self, queue: str, parameters_list: Sequence[WireValue],
+                extra: Mapping[str, object] | None = None,
+                task_ids: Sequence[str | None] | None = None,
+                pipe: Pipeline | None = None, status: str = k.PENDING) -> list[str]:
         """HSET task ...; ZINCRBY queues 0 Q; LPUSH pending id -- for each parameters string,
         atomically, in one script call per ENQUEUE_BATCH tasks (several calls go in one MULTI).
         ``task_ids`` lets a caller choose the ids (to hand one out before the task is written);
@@ -84,12 +99,13 @@ class Protocol(UpkeepOperations):
         holding that key, if any, having written nothing (see enqueue.lua)."""
         for parameters in parameters_list:
             check_wire_value("parameters", parameters)
-        extra = {name: str(value) for name, value in (extra or {}).items() if value is not None}
-        if "unique_key" in extra and (len(parameters_list) != 1 or pipe is not None):
+        fields = {name: str(value) for name, value in (extra or {}).items() if value is not None}
+        if "unique_key" in fields and (len(parameters_list) != 1 or pipe is not None):
             raise ValueError("a unique_key names one task: enqueue it alone, not in a batch")
         ids = [task_id or new_task_id() for task_id in task_ids or [None] * len(parameters_list)]
-        head = [queue, self._task_prefix, status, encode_time(now()), UNLIST_WINDOW,
-                len(extra), *(item for pair in extra.items() for item in pair)]
+        head: list[WireValue] = [queue, self._task_prefix, status, encode_time(now()),
+                                 UNLIST_WINDOW, len(fields),
+                                 *[item for pair in fields.items() for item in pair]]
         keys = [self.keys.queues, *self.keys.waiting(queue), self.keys.scheduled(queue),
                 self.keys.due_queues, self.keys.unique(queue)]
         calls = [head + [item for pair in zip(ids[start:start + ENQUEUE_BATCH],
@@ -103,7 +119,7 @@ class Protocol(UpkeepOperations):
                 self.broken_index(self.keys.due_queues, mend=False)
             return [holder] if holder else ids
         own = pipe is None
-        pipe = self.redis.pipeline() if own else pipe
+        pipe = self.redis.pipeline() if pipe is None else pipe
         for args in calls:
             script(keys=keys, args=args, client=pipe)
         if own:
@@ -111,7 +127,9 @@ class Protocol(UpkeepOperations):
             pipe.reset()
         return ids
 
-    def schedule(self, queue, parameters, eta, extra=None, task_id=None):
+    def schedule(self, queue: str, parameters: WireValue, eta: float,
+                 extra: Mapping[str, object] | None = None,
+                 task_id: str | None = None) -> str:
         """MULTI; HSET task ... eta E; ZINCRBY queues 0 Q; ZADD scheduled E id; EXEC, as one
         script (enqueue.lua). An eta in the past is a plain enqueue, as in blueque 1.0."""
         eta = float(eta)
@@ -122,8 +140,9 @@ class Protocol(UpkeepOperations):
 
     # -- listeners -------------------------------------------------------------------------
 
-    def heartbeat(self, listener_id, queues, info=None, collect_cancels=True,
-                  ttl=HEARTBEAT_TTL):
+    def heartbeat(self, listener_id: str, queues: Sequence[str],
+                  info: Mapping[str, object] | None = None, collect_cancels: bool = True,
+                  ttl: float = HEARTBEAT_TTL) -> tuple[bool, list[str], list[str]]:
         """Register or renew a listener on its queues until Redis's clock + ``ttl``, writing
         ``info`` (fields of its info hash) if given. Returns ``(registered, cancels, skipped)``:
         whether this beat (re-)registered it (its info must then be written whole), the task
@@ -138,7 +157,8 @@ class Protocol(UpkeepOperations):
         registered, cancels, skipped = self.script("heartbeat")(keys=keys, args=args)
         return bool(registered), cancels, skipped
 
-    def release_listener(self, listener_id, queue, own=False):
+    def release_listener(self, listener_id: str, queue: str, own: bool = False
+                         ) -> tuple[list[str], list[str]] | None:
         """Unregister a listener from one queue and requeue its unstarted tasks.
         Returns ``(requeued ids, started ids)``, or None when someone else released it."""
         released = self._release_listener(listener_id, queue, own)
@@ -146,7 +166,8 @@ class Protocol(UpkeepOperations):
             return None
         return released[0], released[1]
 
-    def claim_orphan(self, listener_id, queue, claimer):
+    def claim_orphan(self, listener_id: str, queue: str, claimer: str
+                     ) -> tuple[str | None, list[str]] | None:
         """blueque 1.0's claim of a dead listener: release it, but leave its newest reserved or
         started task (marked ``reclaimed_node``) for ``claimer`` to run or watch. Returns
         ``(claimed id or None, requeued ids)``, or None when someone else released it."""
@@ -163,7 +184,7 @@ class Protocol(UpkeepOperations):
             args=[listener_id, queue, self._task_prefix, encode_time(now()), "1" if own else "0",
                   *claimer])
 
-    def forget_listener(self, listener_id):
+    def forget_listener(self, listener_id: str) -> None:
         """Delete the extension keys of a listener that has left all its queues."""
         self.redis.delete(self.keys.listener_info(listener_id), self.keys.cancels(listener_id))
 
@@ -174,7 +195,8 @@ class Protocol(UpkeepOperations):
             pipe.zincrby(self.keys.queues, 1, queue)
             pipe.execute()
 
-    def reserve(self, queue, listener_id, token):
+    def reserve(self, queue: str, listener_id: str, token: str
+                ) -> tuple[str, bool, str] | None:
         """Move the next pending id (the first of the highest priority, see reserve.lua) to
         the listener's reserved list and mark the task reserved, atomically. Returns None when
         the queue is empty, else ``(task id, True, timeout)`` where timeout is the task's own
@@ -190,12 +212,13 @@ class Protocol(UpkeepOperations):
 
     # -- task processes --------------------------------------------------------------------
 
-    def set_lease_token(self, task_id, token):
+    def set_lease_token(self, task_id: str, token: str) -> None:
         """HSET task lease <token>: a token for a task reserved by blueque 1.0 (which writes
         none), so that its start and end are guarded like those of a task we reserved."""
         self.redis.hset(self.keys.task(task_id), "lease", token)
 
-    def start(self, queue, task_id, listener_id, pid, token, lease_ttl=LEASE_TTL):
+    def start(self, queue: str, task_id: str, listener_id: str, pid: int, token: str,
+              lease_ttl: float = LEASE_TTL) -> dict[str, str] | int:
         """MULTI; SADD started "L pid id"; HSET task status started pid P; EXEC, guarded by
         the reservation token and taking the task's lease. Returns the task's fields (go), 0
         (not ours any more) or -1 (cancelled while reserved: recorded as failed)."""
@@ -211,9 +234,11 @@ class Protocol(UpkeepOperations):
             return dict(zip(started[::2], started[1::2], strict=True))
         return started
 
-    def finish(self, queue, task_id, *, listener_id, pid, token, outcome, value,
-               error_type="", traceback="", error_code="", retryable=True, policy=None,
-               lapsed_only=False):
+    def finish(self, queue: str, task_id: str, *, listener_id: str | None,
+               pid: int | str | None, token: str | None, outcome: str, value: WireValue,
+               error_type: str = "", traceback: str = "", error_code: str = "",
+               retryable: bool = True, policy: Mapping[str, float | None] | None = None,
+               lapsed_only: bool = False) -> str:
         """blueque 1.0's complete or fail transaction (LREM reserved; SREM started; HSET task;
         LPUSH complete|failed), guarded by the token, applying the retry policy on failure.
         ``outcome``: 'complete', 'failed', or 'requeue' (the run never began: back to the
@@ -242,23 +267,25 @@ class Protocol(UpkeepOperations):
                   _optional(policy.get("backoff")), second // 60, k.THROUGHPUT_KEEP, queue,
                   error_code or "", k.ERRORS_KEPT, self.keys.failed_of_type(queue, "")])
 
-    def renew_lease(self, task_id, token, lease_ttl=LEASE_TTL):
+    def renew_lease(self, task_id: str, token: str, lease_ttl: float = LEASE_TTL
+                    ) -> tuple[bool, bool]:
         """Extend a running task's lease. Returns ``(held, cancel requested)``."""
         reply = self.script("renew_lease")(
             keys=[self.keys.lease(task_id), self.keys.task(task_id), self.keys.lease_expiries],
             args=[token, int(lease_ttl * 1000), task_id])
         return bool(reply[0]), len(reply) > 1 and reply[1] is not None
 
-    def report_progress(self, task_id, token, percent, message=""):
+    def report_progress(self, task_id: str, token: str, percent: float,
+                        message: str = "") -> bool:
         return bool(self.script("progress")(
             keys=[self.keys.task(task_id)],
             args=[token, repr(float(percent)), message, encode_time(now())]))
 
     # -- anyone ----------------------------------------------------------------------------
 
-    def cancel(self, task_id):
+    def cancel(self, task_id: str) -> str | None:
         """Cancel a task wherever it is; see cancel.lua."""
-        queue = self.redis.hget(self.keys.task(task_id), "queue")
+        queue = cast("str | None", self.redis.hget(self.keys.task(task_id), "queue"))
         if queue is None:
             return None
         return self.script("cancel")(
@@ -268,7 +295,7 @@ class Protocol(UpkeepOperations):
             args=[task_id, encode_time(now()), self.keys.cancels(""), UNLIST_WINDOW,
                   self.keys.failed_of_type(queue, "")])
 
-    def retry(self, queue, task_id):
+    def retry(self, queue: str, task_id: str) -> int:
         """Put a failed task back in its queue: 1, 0 (not failed) or -1 (left alone: further
         than UNLIST_WINDOW from both ends of its failed list)."""
         return self.script("retry")(
@@ -284,7 +311,7 @@ class Protocol(UpkeepOperations):
                   self.keys.error_types(queue)],
             args=[task_id, UNLIST_WINDOW, self.keys.failed_of_type(queue, "")])
 
-    def delete(self, queue, task_id, status):
+    def delete(self, queue: str, task_id: str, status: str | None) -> None:
         """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only)."""
         if status not in k.FINISHED:
             raise ValueError(f"Cannot delete task with status {status}")

@@ -7,12 +7,19 @@ A pass reads the indexes' due entries only, and the sweep reads a bounded window
 its cost follows what is due or lapsed, never what is stored.
 """
 
+from __future__ import annotations
+
 import logging
 import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
 from . import keys as k
+
+if TYPE_CHECKING:
+    from .keys import Keys
 
 logger = logging.getLogger("django_blueque.reaper")
 
@@ -23,15 +30,15 @@ EXPIRY_WINDOW = 1000
 """How many of a finished list's oldest tasks one expiry pass examines."""
 
 
-def now():
+def now() -> float:
     return time.time()
 
 
-def encode_time(value):
+def encode_time(value: float) -> str:
     return repr(float(value))
 
 
-def _optional(value):
+def _optional(value: float | None) -> float | str:
     """A number for a script argument, '' for None."""
     return "" if value is None else value
 
@@ -39,6 +46,14 @@ def _optional(value):
 class UpkeepOperations:
     """Mixed into Protocol: uses its ``redis``, ``keys``, ``script``, ``_task_prefix`` and
     ``enqueue``."""
+
+    if TYPE_CHECKING:  # Protocol's, declared for the type checker
+        redis: redis.Redis
+        keys: Keys
+        _task_prefix: str
+        enqueue: Callable[..., list[str]]
+
+        def script(self, name: str) -> Callable[..., Any]: ...
 
     def enqueue_periodic(self, queue, due, *, make_task):
         """WATCH periodic; GET periodic; MULTI; SET periodic <due>; (enqueue's script); EXEC:
@@ -66,7 +81,8 @@ class UpkeepOperations:
                 return None  # another scheduler claimed this due time
         return ids
 
-    def move_due(self, queue, batch=1000, by_caller_clock=False):
+    def move_due(self, queue: str, batch: int = 1000, by_caller_clock: bool = False
+                 ) -> list[str]:
         """Move due scheduled tasks to the queue (blueque 1.0's enqueue_due_tasks, atomic):
         due by Redis's clock, or with ``by_caller_clock`` by this process's, as 1.0 did.
         The queue's entry in the due index is then set to its next eta."""
@@ -80,7 +96,7 @@ class UpkeepOperations:
             if len(step) < batch:
                 return moved
 
-    def due_queues(self, limit):
+    def due_queues(self, limit: int) -> list[str]:
         """The queues of the due index whose earliest eta has come (Redis's clock)."""
         return self._come(self.keys.due_queues, limit)
 
@@ -114,8 +130,8 @@ class UpkeepOperations:
         if mend:
             self.redis.delete(index)
 
-    def expire_finished(self, queue, status, default_retention=None, batch=EXPIRY_WINDOW,
-                        dry_run=False):
+    def expire_finished(self, queue: str, status: str, default_retention: float | None = None,
+                        batch: int = EXPIRY_WINDOW, dry_run: bool = False) -> int:
         """Delete (or with ``dry_run`` count) the tasks past their retention among the
         ``batch`` oldest of a finished list (see expire_finished.lua)."""
         return self.script("expire_finished")(
@@ -125,12 +141,13 @@ class UpkeepOperations:
                   "1" if dry_run else "0",
                   self.keys.failed_of_type(queue, "") if status == k.FAILED else ""])
 
-    def expiring_lists(self, limit, dry_run=False):
+    def expiring_lists(self, limit: int, dry_run: bool = False) -> list[tuple[str, str]]:
         """``[(status, queue)]`` of the expiring index whose earliest expiry has come."""
         entries = self._come(self.keys.expiring_queues, limit, dry_run)
         return [tuple(entry.split(" ", 1)) for entry in entries if " " in entry]
 
-    def lapsed_leases(self, limit=LAPSED_BATCH, dry_run=False):
+    def lapsed_leases(self, limit: int = LAPSED_BATCH, dry_run: bool = False
+                      ) -> list[tuple[str, str, str, str, str]]:
         """``[(task id, queue, listener id, pid, token)]`` of the lease index whose lease
         has lapsed (see lapsed_leases.lua, which also tidies the index)."""
         index = self.keys.lease_expiries
@@ -138,7 +155,8 @@ class UpkeepOperations:
             "lapsed_leases")(keys=[index], args=[self._task_prefix, self.keys.lease(""), limit,
                                                  "1" if dry_run else "0"]), dry_run)]
 
-    def lapsed_listeners(self, limit=LAPSED_BATCH, dry_run=False):
+    def lapsed_listeners(self, limit: int = LAPSED_BATCH, dry_run: bool = False
+                         ) -> list[tuple[str, str, float | None]]:
         """``[(queue, listener id, heartbeat expiry or None)]`` of the listener index whose
         heartbeat has lapsed (see lapsed_listeners.lua, which also tidies the index)."""
         index = self.keys.listener_expiries
@@ -148,26 +166,27 @@ class UpkeepOperations:
                         self.keys.listeners(""), self.keys.listener_leases(""), limit,
                         "1" if dry_run else "0"]), dry_run)]
 
-    def index_queues(self, queues, retention=None):
+    def index_queues(self, queues: Iterable[str],
+                     retention: Callable[[str], float | None] | None = None) -> object:
         """The sweep's upkeep of the due and expiring indexes for ``queues`` (see
         index_queues.lua); ``retention``: ``queue -> default seconds or None``."""
         keys = [self.keys.due_queues, self.keys.expiring_queues]
-        args = [self._task_prefix]
+        args: list[str | float] = [self._task_prefix]
         for queue in queues:
             keys += [self.keys.scheduled(queue), self.keys.complete(queue),
                      self.keys.failed(queue)]
             args += [queue, _optional(retention(queue) if retention else None)]
         return self.script("index_queues")(keys=keys, args=args)
 
-    def queue_window(self, start, size):
+    def queue_window(self, start: int, size: int) -> list[str]:
         """``size`` names of the queues set from rank ``start`` (the sweep's window)."""
-        return self.redis.zrange(self.keys.queues, start, start + size - 1)
+        return cast("list[str]", self.redis.zrange(self.keys.queues, start, start + size - 1))
 
-    def forget_started(self, queue, member):
+    def forget_started(self, queue: str, member: str) -> None:
         """Drop a started-set member whose task hash is gone."""
         self.redis.srem(self.keys.started(queue), member)
 
-    def server_clock(self, probe_writes=True):
+    def server_clock(self, probe_writes: bool = True) -> tuple[float, float]:
         """``(Redis's time in seconds, seconds since Redis started)``, once Redis has taken a
         write (raises otherwise; ``probe_writes=False`` writes nothing): leases are judged on
         Redis's clock, and only while Redis takes the writes that renew them (see

@@ -27,11 +27,16 @@ deadlines, recording a death) in children.py, what runs inside one in task_proce
 lease in lease.py.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import select
 import signal
 import time
+from collections.abc import Callable, Iterable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -41,6 +46,10 @@ from .orphans import recover_local_orphans
 from .outages import Outage, is_transient
 from .protocol import HEARTBEAT_TTL, new_token
 from .waiter import PendingWaiter
+
+if TYPE_CHECKING:
+    from .client import Client, Task
+    from .maintenance import Policy
 
 logger = logging.getLogger("django_blueque.listener")
 
@@ -65,10 +74,16 @@ class ForkingRunner(TaskProcesses):
     'retry' or 'stale').
     """
 
-    def __init__(self, client, queue, task_callback, concurrency=1, *, burst=False,
-                 max_tasks=None, kill_grace=10.0, policy=None, retention=None, duties=None,
-                 duties_interval=5.0, heartbeat_interval=HEARTBEAT_TTL / 3, before_fork=None,
-                 on_task_end=None):
+    _started_at: float
+
+    def __init__(self, client: Client, queue: str | Iterable[str],
+                 task_callback: Callable[[Task], object], concurrency: int = 1, *,
+                 burst: bool = False, max_tasks: int | None = None, kill_grace: float = 10.0,
+                 policy: Policy | None = None, retention: float | None = None,
+                 duties: Callable[[], object] | None = None, duties_interval: float = 5.0,
+                 heartbeat_interval: float = HEARTBEAT_TTL / 3,
+                 before_fork: Callable[[], object] | None = None,
+                 on_task_end: Callable[[Task, str, Any, Any], object] | None = None) -> None:
         self._client = client
         self._protocol = client.protocol
         self.queues = [queue] if isinstance(queue, str) else list(queue)
@@ -96,20 +111,23 @@ class ForkingRunner(TaskProcesses):
         self.stopped_cleanly = True
         self._stops = 0
         self._backlog = []
-        self._waiters = {}
-        self._quarantine = {}  # queue -> monotonic time it may be tried again (bad data)
+        self._waiters: dict[str, PendingWaiter] = {}
+        # queue -> monotonic time it may be tried again (bad data)
+        self._quarantine: dict[str, float] = {}
         self._outage = Outage(logger, "listener")
-        self._wake_r = self._wake_w = None
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
         self._next_beat = self._next_duties = 0.0
-        self._sent_info = None
+        self._sent_info: dict[str, object] | None = None
         self._spare = None  # (pid, pipe) of a task process forked ahead, waiting for a task
         self._rotation = 0
 
     # -- the listener's loop -----------------------------------------------------------------
 
-    def run(self):
+    def run(self) -> bool:
         """Listen until stopped (or drained in burst mode); returns True on a clean stop."""
-        if k.parse_listener_id(self.listener_id)[1] != os.getpid():  # made before a fork
+        # made before a fork? (our own ids always parse: unique_listener_id)
+        if k.parse_listener_id(self.listener_id)[1] != os.getpid():  # type: ignore[index]
             self.listener_id = k.unique_listener_id(k.hostname(), os.getpid())
         self._outage.who = f"listener {self.listener_id}"
         self._started_at = time.time()
@@ -125,7 +143,7 @@ class ForkingRunner(TaskProcesses):
             self._restore_signals(previous)
         return self.stopped_cleanly
 
-    def claim_orphans(self):
+    def claim_orphans(self) -> None:
         """At start-up, as blueque 1.0's runner does: recover what dead listeners of this host
         left in its queues (those of other hosts are the reaper's)."""
         try:
@@ -139,7 +157,7 @@ class ForkingRunner(TaskProcesses):
         except redis.RedisError as exc:
             logger.warning("listener %s: could not look for orphans (%s)", self.listener_id, exc)
 
-    def stop(self):
+    def stop(self) -> None:
         """Ask the loop to stop, as SIGTERM does (a second call stops at once)."""
         self._stops += 1
         if self._wake_w is not None:
@@ -148,10 +166,10 @@ class ForkingRunner(TaskProcesses):
             except OSError:
                 pass
 
-    def _accepting(self):
+    def _accepting(self) -> bool:
         return self._stops == 0 and (self.max_tasks is None or self.tasks_taken < self.max_tasks)
 
-    def _loop(self):
+    def _loop(self) -> None:
         while True:
             self._collect_children()
             if self._stops >= 2:
@@ -187,7 +205,7 @@ class ForkingRunner(TaskProcesses):
             self._keep_spare()
             self._wait(self._next_wakeup() - time.monotonic(), self._armed_peeks())
 
-    def _wait(self, timeout, waiters):
+    def _wait(self, timeout: float, waiters: list[Any]) -> None:
         try:
             readable, _, _ = select.select([self._wake_r, *waiters], [], [], max(0.0, timeout))
         except (OSError, ValueError):
@@ -205,7 +223,7 @@ class ForkingRunner(TaskProcesses):
                 except redis.RedisError:
                     pass  # e.g. a peek refused while Redis loads: the next round tries again
 
-    def _next_wakeup(self):
+    def _next_wakeup(self) -> float:
         times = [self._next_beat]
         if self._duties:
             times.append(self._next_duties)
@@ -219,25 +237,26 @@ class ForkingRunner(TaskProcesses):
                 times.append(child.kill_at)
         return min(times)
 
-    def _armed_peeks(self):
+    def _armed_peeks(self) -> list[Any]:
         """The peeks worth waiting on: none while every slot is busy (a task that comes then
         cannot be taken; its peek's reply waits in the socket until a slot frees)."""
         if len(self.children) >= self.concurrency:
             return []
         return [peek for waiter in self._waiters.values() for peek in waiter.peeks if peek.armed]
 
-    def _close_waiters(self):
+    def _close_waiters(self) -> None:
         for waiter in self._waiters.values():
             waiter.close()
 
     # -- liveness ------------------------------------------------------------------------------
 
-    def _beat(self, current):
+    def _beat(self, current: float) -> None:
         """Renew the lease; write the info hash when it changed or after a (re-)registration,
         and collect cancellations while tasks run."""
-        info = {"host": k.hostname(), "pid": os.getpid(), "queues": ",".join(self.queues),
-                "concurrency": self.concurrency, "running": len(self.children),
-                "since": repr(self._started_at)}
+        info: dict[str, object] = {
+            "host": k.hostname(), "pid": os.getpid(), "queues": ",".join(self.queues),
+            "concurrency": self.concurrency, "running": len(self.children),
+            "since": repr(self._started_at)}
         changed = info if info != self._sent_info else None
         registered, cancels, skipped = self._protocol.heartbeat(
             self.listener_id, self.queues, changed, collect_cancels=bool(self.children))
@@ -255,8 +274,9 @@ class ForkingRunner(TaskProcesses):
                                 child.pid)
                     self._stop_child(child, "cancelled", current)
 
-    def _run_duties(self, current):
+    def _run_duties(self, current: float) -> None:
         self._next_duties = current + self._duties_interval
+        assert self._duties is not None  # _loop calls this only when there are duties
         try:
             self._duties()
         except redis.RedisError:
@@ -264,7 +284,7 @@ class ForkingRunner(TaskProcesses):
         except Exception:
             logger.exception("listener %s: scheduler/reaper duties failed", self.listener_id)
 
-    def _set_aside(self, queue, why, current):
+    def _set_aside(self, queue: str, why: str, current: float) -> None:
         """Leave a queue whose keys hold garbage alone for a while: the others go on."""
         if queue not in self._quarantine:
             logger.error("listener %s: queue %s set aside for %g s: %s", self.listener_id,
@@ -274,10 +294,10 @@ class ForkingRunner(TaskProcesses):
 
     # -- children -----------------------------------------------------------------------------
 
-    def _take_tasks(self):
+    def _take_tasks(self) -> list[str]:
         """Reserve and fork while slots are free, one task per queue in turn; returns the
         queues found empty."""
-        empty = []
+        empty: list[str] = []
         current = time.monotonic()
         for queue, until in list(self._quarantine.items()):
             if current >= until:
@@ -311,7 +331,7 @@ class ForkingRunner(TaskProcesses):
 
     # -- signals ------------------------------------------------------------------------------
 
-    def _install_signals(self):
+    def _install_signals(self) -> dict[Any, Any]:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -323,24 +343,26 @@ class ForkingRunner(TaskProcesses):
         }
         return previous
 
-    def _restore_signals(self, previous):
+    def _restore_signals(self, previous: dict[Any, Any]) -> None:
         signal.set_wakeup_fd(previous.pop("wakeup"))
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        assert self._wake_r is not None and self._wake_w is not None  # _install_signals's
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._wake_r = self._wake_w = None
 
-    def _forget_wakeup(self):
+    def _forget_wakeup(self) -> None:
         """In a forked task process: the listener's wake-up pipe is not its own. Closed and
         forgotten, so that no handler inherited from the listener ever writes to a reused
         descriptor number."""
         signal.set_wakeup_fd(-1)
+        assert self._wake_r is not None and self._wake_w is not None  # the listener's
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._wake_r = self._wake_w = None
 
-    def _on_stop_signal(self, signum, frame):
+    def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stops += 1
         if self._stops == 1:
             logger.info("listener %s: %s received, finishing %d running task(s); send it "
@@ -350,7 +372,7 @@ class ForkingRunner(TaskProcesses):
             logger.warning("listener %s: stopping at once; running tasks continue in their own "
                            "processes", self.listener_id)
 
-    def _shutdown(self):
+    def _shutdown(self) -> None:
         self._close_waiters()
         self._drop_spare()
         try:

@@ -2,11 +2,18 @@
 data that blueque 1.0 wrote (it keeps no index). Bounded per pass, rotating through the queues
 set pass after pass, so a pass never costs what is stored."""
 
+from __future__ import annotations
+
 import logging
+from typing import TYPE_CHECKING
 
 import redis
 
 from .outages import is_transient
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .keys import Keys
 
 logger = logging.getLogger("django_blueque.reaper")
 
@@ -16,11 +23,13 @@ SWEEP_QUEUES = 1000
 SWEEP_MEMBERS = 1000
 """Most started-set members one reaper pass sweeps (SSCAN, resumed at the next pass)."""
 
-_sweep_starts = {}  # (prefix, purpose) -> rank in the queues set where the next window starts
-_started_scans = {}  # (prefix, queue) -> SSCAN cursor where its started set's sweep goes on
+# (prefix, purpose) -> rank in the queues set where the next window starts
+_sweep_starts: dict[tuple[str, str], int] = {}
+# (prefix, queue) -> SSCAN cursor where its started set's sweep goes on
+_started_scans: dict[tuple[str, str], int] = {}
 
 
-def sweep_window(client, purpose):
+def sweep_window(client: Client, purpose: str) -> list[str]:
     """The next SWEEP_QUEUES names of the queues set for ``purpose`` ('scheduler', 'reaper'),
     rotating: after N / SWEEP_QUEUES passes every queue has been swept. Empty (an error
     logged) when that key holds something else than a sorted set."""
@@ -38,12 +47,12 @@ def sweep_window(client, purpose):
     return names
 
 
-def started_cursor(keys, queue):
+def started_cursor(keys: Keys, queue: str) -> int:
     """Where the sweep of a queue's started set goes on (SSCAN cursor; 0: from the start)."""
     return _started_scans.get((keys.prefix, queue), 0)
 
 
-def resume_started_at(keys, queue, cursor):
+def resume_started_at(keys: Keys, queue: str, cursor: int) -> None:
     if cursor:
         _started_scans[keys.prefix, queue] = cursor
     else:

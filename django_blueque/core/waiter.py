@@ -4,7 +4,14 @@ soon as the list has an id and leaves it as it was), and one on its priority wak
 holds an element while tasks with a priority wait); the listener select()s on these
 connections."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import redis
+
+if TYPE_CHECKING:
+    from .client import Client
 
 BLOCK_SECONDS = 60
 """How long one blocking peek lasts before it is renewed (the only other idle command)."""
@@ -56,19 +63,19 @@ class PendingWaiter:
     """The peeks of one queue: armed (the queue was found empty and nothing came since) while
     both wait."""
 
-    def __init__(self, client, queue):
+    def __init__(self, client: Client, queue: str) -> None:
         pool = client.redis.connection_pool
         self.peeks = [Peek(pool, client.keys.pending(queue)),
                       Peek(pool, client.keys.priority_wake(queue))]
 
     @property
-    def armed(self):
+    def armed(self) -> bool:
         return all(peek.armed for peek in self.peeks)
 
-    def arm(self):
+    def arm(self) -> None:
         for peek in self.peeks:
             peek.arm()
 
-    def close(self):
+    def close(self) -> None:
         for peek in self.peeks:
             peek.close()

@@ -150,6 +150,14 @@ def test_unknown_task_reads_as_status_none(client):
     assert [t.status for t in client.get_tasks(["nope", "nada"])] == [None, None]
 
 
+def test_queue_names_lists_the_queues_set(client):
+    """blueque 1.0's Client.queue_names(): every queue named in the queues set."""
+    assert client.queue_names() == []
+    client.get_queue("b").enqueue("x")
+    client.get_queue("a").enqueue("y")
+    assert sorted(client.queue_names()) == ["a", "b"]
+
+
 def test_the_engine_imports_without_django():
     """A blueque 1.0 user switching imports needs no Django: nothing under core pulls it in."""
     import subprocess

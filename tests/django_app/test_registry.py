@@ -11,6 +11,7 @@ from demo.tasks import failing_task, long_task, report
 from django.db import connection, transaction
 
 from django_blueque import blueque_task, get_result, signals
+from django_blueque.core import Task
 from django_blueque.registry import (
     AlreadyRegistered,
     BluequeTask,
@@ -191,3 +192,12 @@ def test_database_alias_is_passed_to_on_commit(blueque):
     with pytest.raises(Exception, match="nope"):
         report.enqueue_on_commit(title="x", using="nope")
     assert connection.alias == "default"
+
+
+def test_a_task_hash_without_parameters_fails_with_a_readable_error():
+    @blueque_task(queue="no.parameters")
+    def takes_nothing():
+        return None
+
+    with pytest.raises(ValueError, match="parameters are not JSON"):
+        takes_nothing.run_wire(Task("t1", {"queue": "no.parameters", "status": "started"}))

@@ -47,7 +47,8 @@ class BluequeCommand(BaseCommand):
 class LoopCommand(BluequeCommand):
     """A command that repeats one pass every --interval seconds, or makes one with --once."""
 
-    interval_setting = None  # the attribute of conf.Settings giving the default interval
+    # the attribute of conf.Settings giving the default interval
+    interval_setting: str | None = None
 
     def add_arguments(self, parser):
         super().add_arguments(parser)
