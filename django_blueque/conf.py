@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {  # the BLUEQUE setting's keys (its values: see prob
     "SCHEDULER_INTERVAL": 1.0,
     "REAPER_INTERVAL": 5.0,
     "METRICS_TOKEN": None,
+    "API_TOKENS": {},
     "WAIT_REPLICAS": 0,
     "WAIT_TIMEOUT": 1.0,
 }
@@ -193,6 +194,14 @@ def problems(raw: object = None) -> list[Problem]:
         found.append(Problem("blueque.E014", "BLUEQUE['METRICS_TOKEN'] must be a string of at "
                              "least 16 characters.", "Generate one with "
                              "python -c 'import secrets; print(secrets.token_urlsafe())'."))
+    tokens = raw.get("API_TOKENS", {})
+    if not isinstance(tokens, dict) or not all(
+            isinstance(token, str) and len(token) >= 16 and isinstance(user, str) and user
+            for token, user in tokens.items()):
+        found.append(Problem("blueque.E016", "BLUEQUE['API_TOKENS'] must map tokens (strings "
+                             "of at least 16 characters) to usernames.", "For example "
+                             "{'<python -c \"import secrets; print(secrets.token_urlsafe())\">': "
+                             "'reports-bot'}; the JSON API then acts as that user."))
     return found
 
 
@@ -218,6 +227,7 @@ class Settings:
     scheduler_interval: float = 1.0
     reaper_interval: float = 5.0
     metrics_token: str | None = None
+    api_tokens: dict[str, str] = field(default_factory=dict)
     wait_replicas: int = 0
     wait_timeout: float = 1.0
 
@@ -245,7 +255,8 @@ def get_settings() -> Settings:
         retention=raw["RETENTION"], queues=dict(raw["QUEUES"]), eager=raw["EAGER"],
         concurrency=raw["CONCURRENCY"], kill_grace=raw["KILL_GRACE"],
         scheduler_interval=raw["SCHEDULER_INTERVAL"], reaper_interval=raw["REAPER_INTERVAL"],
-        metrics_token=raw["METRICS_TOKEN"], wait_replicas=raw["WAIT_REPLICAS"],
+        metrics_token=raw["METRICS_TOKEN"], api_tokens=dict(raw["API_TOKENS"]),
+        wait_replicas=raw["WAIT_REPLICAS"],
         wait_timeout=raw["WAIT_TIMEOUT"])
 
 

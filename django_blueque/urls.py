@@ -11,6 +11,7 @@ Queue names go in query strings (a queue name may hold any character but a space
 from django.urls import path
 
 from . import views
+from .views import api
 
 app_name = "blueque"
 pages = [
@@ -28,5 +29,11 @@ pages = [
     path("bulk/stop/", views.bulk_stop, name="bulk_stop"),
     path("metrics/", views.metrics, name="metrics"),
     path("metrics.json", views.metrics_json, name="metrics_json"),
+    path("api/queues/", api.queues, name="api_queues"),
+    path("api/counts/", api.counts, name="api_counts"),
+    path("api/tasks/", api.tasks, name="api_tasks"),
+    path("api/tasks/<str:task_id>/", api.task, name="api_task"),
+    path("api/actions/", api.task_actions, name="api_actions"),
+    path("api/bulk/", api.bulk, name="api_bulk"),
 ]
 urlpatterns = pages

@@ -261,6 +261,31 @@ class QueueReaders(ReaderBase):
                 "jobs": jobs, "sampled": sampled, "unreadable": self.unreadable,
                 "error_types": error_types}
 
+    def finished_window(self, queue, state, limit, below=None, error_type=None):
+        """Up to ``limit`` tasks of a queue's complete or failed list (or, with
+        ``error_type``, of that type's failed-by-type index), newest first, counted by their
+        position from the oldest end: the ``limit`` newest below position ``below`` (None:
+        the newest of all). Tasks added meanwhile do not move a position, so paging on with
+        the next one neither repeats nor skips a task because of them. Returns None for a
+        queue nobody knows, else (tasks, total, next position or None)."""
+        keys = self.keys
+        if error_type is None:
+            key, kind, count = keys.finished(queue, state), "list", "llen"
+        else:
+            key, kind, count = keys.failed_of_type(queue, error_type), "zset", "zcard"
+        score, total = self.read([("zscore", keys.queues, queue), (count, key)])
+        if score is None and not total and queue not in registered_tasks():
+            return None
+        top = total - 1 if below is None else min(below, total) - 1
+        if top < 0:
+            return [], total, None
+        bottom = max(top - limit + 1, 0)
+        tasks = self._window(key, kind, -(top + 1), -(bottom + 1), ROW_FIELDS)
+        if error_type is not None:  # changed by a blueque 1.0 program since it was indexed
+            tasks = [task for task in tasks
+                     if task.status == k.FAILED and (task.error_type or "") == error_type]
+        return tasks, total, bottom or None
+
     def _pending_window(self, queue, listed, prioritized, below, start, stop):
         """Pending tasks ``start..stop`` in the reverse of the order they will be taken
         (newest first, as the other lists): those with a priority under 0, then the pending

@@ -34,6 +34,9 @@ CASES = [
     ("concurrency zero", {"CONCURRENCY": 0}, "blueque.E012"),
     ("eager not bool", {"EAGER": "yes"}, "blueque.E013"),
     ("short metrics token", {"METRICS_TOKEN": "abc"}, "blueque.E014"),
+    ("short API token", {"API_TOKENS": {"abc": "bot"}}, "blueque.E016"),
+    ("API token without a user", {"API_TOKENS": {"a" * 16: ""}}, "blueque.E016"),
+    ("API tokens not a mapping", {"API_TOKENS": ["a" * 16]}, "blueque.E016"),
 ]
 
 

@@ -251,8 +251,51 @@ assert blueque.queue == "django.tasks.emails", blueque.fields
 
 
 # after the scenarios: the parameters are read when the module is
+@scenario("reference/json-api.rst")
+def task_api(project, blocks):
+    project.add_settings(blocks.take())  # the token, naming the user "reports-bot"
+    project.run(sys.executable, "manage.py", "migrate", "-v0")
+    # the test's liberty: the script calls a server of its own on a free port, not :8000
+    script = blocks.take().replace("http://localhost:8000", "http://127.0.0.1:{port}")
+    assert "{port}" in script
+    out = project.shell("""
+import threading
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+from django.contrib.auth.models import User
+from django.core.wsgi import get_wsgi_application
+from django_blueque.conf import get_client
+
+User.objects.create_superuser("reports-bot", "bot@example.com", "pw")
+proto, queue = get_client().protocol, get_client().get_queue("video.encode")
+kinds = {}
+for n, kind in enumerate(["builtins.TimeoutError"] * 150 + ["builtins.ValueError"] * 5):
+    task_id = queue.enqueue(str(n))
+    proto.reserve("video.encode", "host_1", "tok")
+    proto.start("video.encode", task_id, "host_1", 1, "tok")
+    proto.finish("video.encode", task_id, listener_id="host_1", pid=1, token="tok",
+                 outcome="failed", value="slow", error_type=kind, retryable=False)
+    kinds[task_id] = kind
+
+class Quiet(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+server = make_server("127.0.0.1", 0, get_wsgi_application(), handler_class=Quiet)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+""" + script.replace("{port}", "{server.server_port}").replace(
+        'BASE = "', 'BASE = f"') + """
+statuses = {task_id: get_client().get_task(task_id).status for task_id in kinds}
+assert all((status == "pending") == (kinds[task_id] == "builtins.TimeoutError")
+           for task_id, status in statuses.items()), statuses
+print("retried", sum(status == "pending" for status in statuses.values()))
+""")
+    assert "155 failed, 150 timed out" in out and out.count("100 retried") == 1
+    assert "50 retried" in out and "retried 150" in out
+
+
 @pytest.mark.parametrize("page", sorted(SCENARIOS))
 def test_the_python_blocks_of_the_page_run(page, project):
     blocks = Blocks(page)
     SCENARIOS[page](project, blocks)
     assert not blocks.unused(), f"blocks left unrun: {blocks.unused()}"
+
