@@ -139,12 +139,13 @@ def requeue_listener(queue, listener_id, user):
 # -- bulk jobs (the engine's: core/bulk.py) ------------------------------------------------------
 
 def bulk_permission(action):
-    return PERMISSIONS["retry" if action == "retry" else "delete"]
+    return PERMISSIONS[action]  # retry, delete or cancel
 
 
 def start_bulk(action, state, queue, user, with_cancelled=False):
-    """Start retrying or deleting every task of a queue's list; False if already running. A
-    retry leaves cancelled tasks failed unless ``with_cancelled``."""
+    """Start retrying or deleting every task of a queue's list, or cancelling every pending
+    one; False if already running. A retry leaves cancelled tasks failed unless
+    ``with_cancelled``."""
     started = bulk.start_job(get_client(), action, state, queue, user.get_username(),
                              with_cancelled)
     if started:

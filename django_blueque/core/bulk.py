@@ -1,4 +1,5 @@
-"""Bulk jobs: retrying or deleting every task of a queue's failed (or complete) list.
+"""Bulk jobs: retrying or deleting every task of a queue's failed (or complete) list, or
+cancelling every pending task of a queue.
 
 A job is recorded in Redis and run in batches by the protocol's ``bulk_start``, ``bulk_step``
 and ``bulk_stop`` (bulk_start.lua, bulk_step.lua, bulk_stop.lua): one caller never runs one
@@ -24,7 +25,8 @@ BULK_BATCH = 500
 BULK_BUDGET = 0.25
 """Seconds of bulk steps one request (or one reaper pass) runs at most."""
 
-BULK_ACTIONS = (("retry", k.FAILED), ("delete", k.FAILED), ("delete", k.COMPLETE))
+BULK_ACTIONS = (("retry", k.FAILED), ("delete", k.FAILED), ("delete", k.COMPLETE),
+                ("cancel", k.PENDING))
 """The (action, list) pairs a bulk job runs."""
 
 BULK_KEEP = 24 * 3600

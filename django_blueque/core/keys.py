@@ -154,6 +154,11 @@ class Keys:
     def finished(self, queue: str, status: str) -> str:
         return self.complete(queue) if status == COMPLETE else self.failed(queue)
 
+    def bulk_list(self, queue: str, state: str) -> str:
+        """The list a bulk job on a queue's ``state`` walks: its pending, complete or failed
+        list."""
+        return self.pending(queue) if state == PENDING else self.finished(queue, state)
+
     def listeners(self, queue: str) -> str:
         return self._key("listeners", queue)
 

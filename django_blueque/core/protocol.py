@@ -14,6 +14,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import keys as k
+from .bulk import BULK_ACTIONS
 from .protocol_upkeep import UpkeepOperations, _optional, encode_time, now
 
 if TYPE_CHECKING:
@@ -364,15 +365,15 @@ class Protocol(UpkeepOperations):
             args=[task_id, encode_time(now())]))
 
     def bulk_start(self, job_id, action, queue, state, user, keep, with_cancelled=False):
-        """Begin retrying ('retry') or deleting ('delete') every task of a finished list, in
-        batches; False if that job is already running. ``keep``: seconds its record stays
-        once it ended. A retry leaves cancelled tasks alone unless ``with_cancelled``."""
-        if action not in ("retry", "delete") or state not in k.FINISHED or (
-                action == "retry" and state != k.FAILED):
+        """Begin retrying ('retry') or deleting ('delete') every task of a finished list, or
+        cancelling ('cancel') every pending task, in batches (bulk.BULK_ACTIONS); False if
+        that job is already running. ``keep``: seconds its record stays once it ended. A
+        retry leaves cancelled tasks alone unless ``with_cancelled``."""
+        if (action, state) not in BULK_ACTIONS:
             raise ValueError(f"no bulk action {action!r} on {state!r} tasks")
         return bool(self.script("bulk_start")(
-            keys=[self.keys.bulk_job(job_id), self.keys.finished(queue, state),
-                  self.keys.bulk_running],
+            keys=[self.keys.bulk_job(job_id), self.keys.bulk_list(queue, state),
+                  self.keys.bulk_running, self.keys.prioritized(queue)],
             args=[action, queue, state, user, encode_time(now()), int(keep), job_id,
                   "1" if with_cancelled else "0"]))
 
@@ -384,9 +385,10 @@ class Protocol(UpkeepOperations):
         """Run one batch of a bulk job; returns ``(status, processed, total, affected)``
         (status None when there is no such job)."""
         status, processed, total, affected = self.script("bulk_step")(
-            keys=[self.keys.bulk_job(job_id), self.keys.finished(queue, state),
+            keys=[self.keys.bulk_job(job_id), self.keys.bulk_list(queue, state),
                   self.keys.pending(queue), self.keys.bulk_running,
-                  *self.keys.waiting(queue)[1:], self.keys.error_types(queue)],
+                  *self.keys.waiting(queue)[1:], self.keys.error_types(queue),
+                  self.keys.failed(queue), self.keys.unique(queue)],
             args=[self._task_prefix, encode_time(now()), int(batch), int(keep), job_id,
                   self.keys.failed_of_type(queue, "")])
         return status, processed, total, affected

@@ -102,7 +102,8 @@ class QueueReaders(ReaderBase):
 
     def overview(self, page=1, search="", per_page=QUEUES_PER_PAGE):
         """One page of queues with their counts, listeners, oldest pending task, running bulk
-        jobs and last hour's throughput, and the periodic tasks: four round trips."""
+        jobs and last hour's throughput, and the periodic tasks: four round trips (five while
+        bulk jobs run: their records, found in the set of running jobs)."""
         names, total, pages, searched_all = self.queue_names(page, search, per_page)
         queues = sorted(names)
         periodic = next_periodic_runs(self.now)
@@ -114,13 +115,13 @@ class QueueReaders(ReaderBase):
                       ("llen", keys.failed(queue)), ("smembers", keys.listeners(queue)),
                       ("zrange", keys.listener_leases(queue), 0, -1),
                       ("lindex", keys.pending(queue), -1)]
-            calls += [("hgetall", keys.bulk_job(bulk_job_id(action, state, queue)))
-                      for action, state in BULK_ACTIONS]
             calls += [("hgetall", keys.throughput(queue, hour)) for hour in hours]
             calls.append(("zcard", keys.prioritized(queue)))
         calls += [("get", keys.periodic(task.queue)) for task, _next in periodic]
+        calls.append(("smembers", keys.bulk_running))
         replies = self.read(calls)
-        jobs_end = 8 + len(BULK_ACTIONS)
+        jobs = self._running_jobs(queues, replies.pop())
+        jobs_end = 8
         width = jobs_end + len(hours) + 1
         tasks = registered_tasks()
         stats = []
@@ -129,15 +130,12 @@ class QueueReaders(ReaderBase):
             members, leases, oldest = part[5], dict(part[6]), part[7] or None
             listeners = [ListenerRow(member, queue, leases.get(member), self.now)
                          for member in sorted(members)]
-            jobs = [BulkJob(action, state, queue, fields)
-                    for (action, state), fields in zip(BULK_ACTIONS, part[8:jobs_end],
-                                                       strict=True)
-                    if fields.get("status") == "running"]
             task = tasks.get(queue)
             counts = list(part[:5])
             counts[1] += part[-1]  # pending: the list's and the prioritized set's
             stats.append(QueueStats(queue, names[queue] is not None, counts,
-                                    task.name if task else None, oldest, listeners, jobs,
+                                    task.name if task else None, oldest, listeners,
+                                    jobs.get(queue, []),
                                     self.now, throughput(self.now, part[jobs_end:-1]),
                                     frequent_errors(self.now, part[jobs_end:-1])))
         last_runs = replies[len(queues) * width:]
@@ -148,6 +146,21 @@ class QueueReaders(ReaderBase):
              "interval": task.periodic.interval, "next": next_run, "last": finite_number(last)}
             for (task, next_run), last in zip(periodic, last_runs, strict=True)],
             total, min(page, pages), pages, search, searched_all, self.unreadable)
+
+    def _running_jobs(self, queues, running):
+        """{queue: [BulkJob]} of the running bulk jobs of ``queues``, read in one round trip
+        (none when ``running``, the set of running job ids, names none of them)."""
+        wanted = [(action, state, queue) for queue in queues for action, state in BULK_ACTIONS
+                  if bulk_job_id(action, state, queue) in running]
+        if not wanted:
+            return {}
+        found = {}
+        for (action, state, queue), fields in zip(wanted, self.read(
+                [("hgetall", self.keys.bulk_job(bulk_job_id(*job))) for job in wanted]),
+                strict=True):
+            if fields.get("status") == "running":
+                found.setdefault(queue, []).append(BulkJob(action, state, queue, fields))
+        return found
 
     def _fill_listeners(self, stats):
         """Second step of the overview: reserved counts, listener info, oldest pending time."""

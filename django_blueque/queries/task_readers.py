@@ -79,8 +79,12 @@ class TaskReaders(ReaderBase):
         return {task_id: tuple(reply) for task_id, reply in zip(task_ids, replies, strict=True)}
 
     def length(self, queue, state):
-        """Tasks in a queue's complete or failed list."""
-        return self.read([("llen", self.keys.finished(queue, state))])[0]
+        """Tasks a bulk job on a queue's ``state`` would walk: its complete or failed list,
+        or its pending list and prioritized set."""
+        calls = [("llen", self.keys.bulk_list(queue, state))]
+        if state == k.PENDING:
+            calls.append(("zcard", self.keys.prioritized(queue)))
+        return sum(self.read(calls))
 
     def exists(self, task_id):
         return bool(self.db.exists(self.keys.task(task_id)))

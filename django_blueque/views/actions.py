@@ -173,6 +173,8 @@ def _bulk_title(action, state, queue_name):
     names = {"state": state_label(state), "queue": queue_name}
     if action == "retry":
         return _("Retry every failed task of queue %(queue)s") % names
+    if action == "cancel":
+        return _("Cancel every pending task of queue %(queue)s") % names
     return _("Delete every %(state)s task of queue %(queue)s") % names
 
 
@@ -189,7 +191,7 @@ def _bulk_request(request, data):
 @require_POST
 @staff_view()
 def bulk_start(request):
-    """Start retrying or deleting a whole list, once confirmed."""
+    """Start retrying, deleting or cancelling a whole list, once confirmed."""
     params = _bulk_request(request, request.POST)
     action, state, queue_name = params
     cancelled = action == "retry" and request.POST.get("cancelled") == "yes"
@@ -207,7 +209,8 @@ def bulk_start(request):
         return render(request, "django_blueque/confirm.html", admin_context(
             request, _("Are you sure?"), question=question,
             next=bq_queue_url(queue_name, state), target=page_url("blueque:bulk_start"),
-            button=_("Retry them all") if action == "retry" else _("Delete them all"),
+            button={"retry": _("Retry them all"), "cancel": _("Cancel them all")}.get(
+                action, _("Delete them all")),
             fields={"action": action, "state": state, "queue": queue_name,
                     "cancelled": "yes" if cancelled else "no"}))
     if not actions.start_bulk(action, state, queue_name, request.user, cancelled):

@@ -220,8 +220,27 @@ def test_a_bulk_job_by_predicate_starts_once_and_is_followed(api, blueque):
     assert blueque.redis.llen("blueque_pending_tasks_q") == 30
     assert api.get(url("api/bulk/", action="delete", state="complete",
                        queue="q")).status_code == 404
-    assert post(api, "api/bulk/", {"action": "cancel", "state": "pending",
+    assert post(api, "api/bulk/", {"action": "cancel", "state": "failed",
                                    "queue": "q"}).status_code == 400
+
+
+def test_cancel_by_predicate_every_pending_task_of_a_queue(api, blueque, make_user, settings):
+    queue = blueque.get_queue("q")
+    waiting = [queue.enqueue(f"w{n}", priority=n % 2) for n in range(12)]
+    make_user("retrier", "view_tasks", "retry_tasks")
+    settings.BLUEQUE = {**settings.BLUEQUE, "API_TOKENS": {TOKEN: "retrier"}}
+    body = {"action": "cancel", "state": "pending", "queue": "q"}
+    assert post(api, "api/bulk/", body).status_code == 403  # cancel_tasks is needed
+    settings.BLUEQUE = {**settings.BLUEQUE, "API_TOKENS": {TOKEN: "bot"}}
+    started = post(api, "api/bulk/", body)
+    assert started.status_code == 201 and as_json(started)["total"] == 12
+    from django_blueque.core import bulk
+
+    bulk.advance_jobs(blueque, budget=5)
+    progress = as_json(api.get(url("api/bulk/", action="cancel", state="pending", queue="q")))
+    assert (progress["status"], progress["affected"]) == ("done", 12)
+    assert {blueque.get_task(task_id).error_type for task_id in waiting} == {
+        "django_blueque.Cancelled"}
 
 
 def test_redis_unreachable_is_a_503_in_json(api, settings):

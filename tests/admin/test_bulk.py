@@ -192,3 +192,22 @@ def test_job_record_is_json_friendly(admin, blueque):
     start(admin, "delete")
     job = run_to_end(admin, "delete")
     assert json.loads(json.dumps(job))["finished"] >= job["started"]
+
+
+def test_cancel_all_pending_from_the_pending_page(admin, blueque, r, make_user, client):
+    queue = blueque.get_queue("q")
+    ids = [queue.enqueue(f"w{n}", priority=(5 if n % 3 == 0 else None)) for n in range(9)]
+    page = body(admin.get(url("queue/", name="q", state="pending")))
+    assert "Cancel all 9 pending tasks…" in page
+    confirm = admin.post(url("bulk/start/"), {"action": "cancel", "state": "pending",
+                                              "queue": "q"})
+    assert "9 tasks now" in body(confirm) and "Cancel them all" in body(confirm)
+    assert start(admin, "cancel", "pending").status_code == 302
+    job = run_to_end(admin, "cancel", "pending")
+    assert (job["status"], job["total"], job["affected"]) == ("done", 9, 9)
+    assert {blueque.get_task(task_id).status for task_id in ids} == {"failed"}
+    assert r.llen("blueque_failed_tasks_q") == 9
+    client.force_login(make_user("retrier", "view_tasks", "retry_tasks"))
+    queue.enqueue("another")
+    assert "Cancel all" not in body(client.get(url("queue/", name="q", state="pending")))
+    assert start(client, "cancel", "pending").status_code == 403

@@ -1,9 +1,10 @@
--- bulk_start: begin a bulk action on every task of one finished list (retry all failed, delete
--- all complete or all failed), unless the same job is already running. The job records the
+-- bulk_start: begin a bulk action on every task of one list (retry all failed, delete all
+-- complete or all failed, cancel all pending), unless the same job is already running. The job records the
 -- list's length and its newest id (the head): bulk_step works from the tail, the oldest end,
 -- and stops at that id, so tasks that arrive meanwhile (pushed at the head) are never touched.
--- KEYS[1] job hash, KEYS[2] the list, KEYS[3] set of running jobs
--- ARGV[1] action ('retry' or 'delete'), ARGV[2] queue, ARGV[3] state ('complete' or 'failed'),
+-- KEYS[1] job hash, KEYS[2] the list, KEYS[3] set of running jobs, KEYS[4] the prioritized
+-- set (a cancel walks it too: its tasks count in the total)
+-- ARGV[1] action ('retry', 'delete' or 'cancel'), ARGV[2] queue, ARGV[3] state,
 -- ARGV[4] who asked, ARGV[5] now, ARGV[6] seconds to keep the job's record once it ended,
 -- ARGV[7] the job's id, ARGV[8] '1' to retry cancelled tasks too (else bulk_step leaves them)
 -- Returns 1 when a job was started, 0 when the same job was already running.
@@ -17,6 +18,9 @@ if redis.call('HGET', KEYS[1], 'status') == 'running' then
 end
 redis.call('DEL', KEYS[1])
 local total = redis.call('LLEN', KEYS[2])
+if ARGV[1] == 'cancel' and usable(KEYS[4], 'zset') then
+  total = total + redis.call('ZCARD', KEYS[4])
+end
 local marker = redis.call('LINDEX', KEYS[2], 0) or ''
 redis.call('HSET', KEYS[1], 'action', ARGV[1], 'queue', ARGV[2], 'state', ARGV[3],
            'user', ARGV[4], 'total', total, 'processed', 0, 'affected', 0, 'marker', marker,

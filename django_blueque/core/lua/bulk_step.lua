@@ -7,11 +7,16 @@
 -- A retry leaves a cancelled task (error_type django_blueque.Cancelled, or 1.0's Cancelled)
 -- in the list unless the job was started with 'cancelled' = '1': it moves to the list's head,
 -- past the job's end, in O(1).
+-- A cancel (of the pending tasks) fails each pending task as cancel.lua does, taking the
+-- next to run first; once its list is walked it goes on through the prioritized set, in the
+-- order of taking, from a score cursor ('after'), leaving the tasks created after the job
+-- started.
 -- The job ends at its newest id. If that task left the list meanwhile (someone retried or
 -- deleted it), the job also stops at the first task updated after it started.
 -- KEYS[1] job hash, KEYS[2] the list, KEYS[3] pending list, KEYS[4] set of running jobs,
 -- KEYS[5..7] the rest of the queue's waiting keys (Keys.waiting), KEYS[8] and ARGV[6] the
--- queue's failed-by-type index (error types set, per-type key prefix)
+-- queue's failed-by-type index (error types set, per-type key prefix), KEYS[9] failed list,
+-- KEYS[10] unique hash
 -- ARGV[1] task key prefix, ARGV[2] now, ARGV[3] most ids to take, ARGV[4] seconds to keep the
 -- job's record once it ended, ARGV[5] the job's id
 -- Returns {status, processed, total, affected}; status is false when there is no such job.
@@ -22,7 +27,7 @@ expect(KEYS[2], 'list')
 expect(KEYS[3], 'list')
 expect(KEYS[4], 'set')
 local job = redis.call('HMGET', KEYS[1], 'status', 'action', 'state', 'total', 'processed',
-                       'affected', 'marker', 'started', 'cancelled')
+                       'affected', 'marker', 'started', 'cancelled', 'phase', 'after')
 local status = job[1]
 local total, processed, affected = tonumber(job[4]) or 0, tonumber(job[5]) or 0, tonumber(job[6]) or 0
 if status ~= 'running' then
@@ -33,8 +38,14 @@ local action, state, marker, started = job[2], job[3], job[7], tonumber(job[8])
 local keep_cancelled = action == 'retry' and job[9] ~= '1'
 local prefix, now = ARGV[1], ARGV[2]
 local guard_time = redis.call('HGET', prefix .. marker, 'status') ~= state
-local done = false
-for _ = 1, tonumber(ARGV[3]) do
+local done, phase, after = false, job[10] or 'list', job[11]
+local batch = tonumber(ARGV[3])
+local cancelled = {KEYS[9], KEYS[10], KEYS[8]}
+if action == 'cancel' then
+  expect(KEYS[9], 'list')
+end
+for _ = 1, (phase == 'list') and batch or 0 do
+  batch = batch - 1
   if processed >= total then
     done = true
     break
@@ -64,6 +75,8 @@ for _ = 1, tonumber(ARGV[3]) do
     end
     if action == 'delete' then
       redis.call('DEL', task)
+    elseif action == 'cancel' then
+      fail_cancelled(task, id, now, cancelled, ARGV[6])
     else
       redis.call('HSET', task, 'status', 'pending', 'updated', now, 'last_error', fields[3] or '')
       redis.call('HDEL', task, 'error', 'error_type', 'traceback', 'finished', 'expires', 'node',
@@ -75,6 +88,33 @@ for _ = 1, tonumber(ARGV[3]) do
   if id == marker then
     done = true
     break
+  end
+end
+if action == 'cancel' and (done or phase == 'set') and usable(KEYS[5], 'zset') then
+  -- the prioritized set, from where the last step stopped, in the order of taking
+  phase, done = 'set', false
+  local found = batch > 0 and redis.call('ZRANGEBYSCORE', KEYS[5], after and ('(' .. after) or '-inf',
+                                         '+inf', 'WITHSCORES', 'LIMIT', 0, batch) or {}
+  for i = 1, #found, 2 do
+    local id, task = found[i], prefix .. found[i]
+    after = found[i + 1]
+    local fields = {}
+    if redis.call('TYPE', task).ok == 'hash' then
+      fields = redis.call('HMGET', task, 'status', 'created')
+    end
+    if (tonumber(fields[2]) or 0) <= started then  -- one created meanwhile is left alone
+      processed = processed + 1
+      redis.call('ZREM', KEYS[5], id)
+      if fields[1] == 'pending' then
+        affected = affected + 1
+        fail_cancelled(task, id, now, cancelled, ARGV[6])
+      end
+    end
+  end
+  done = batch > 0 and #found / 2 < batch
+  redis.call('HSET', KEYS[1], 'phase', 'set')
+  if after then
+    redis.call('HSET', KEYS[1], 'after', after)
   end
 end
 status = done and 'done' or 'running'

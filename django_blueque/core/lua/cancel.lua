@@ -42,9 +42,5 @@ elseif unlist(KEYS[2], ARGV[1], tonumber(ARGV[4])) == 'deep' then
   redis.call('HSET', KEYS[1], 'cancel_requested', now)
   return 'requested'
 end
-redis.call('HSET', KEYS[1], 'status', 'failed', 'error', 'cancelled', 'error_type', 'django_blueque.Cancelled',
-           'updated', now, 'finished', now)
-redis.call('LPUSH', KEYS[4], ARGV[1])
-release_unique(KEYS[6], KEYS[1], ARGV[1])
-index_failure(KEYS[7], ARGV[5], 'django_blueque.Cancelled', ARGV[1], tonumber(now))
+fail_cancelled(KEYS[1], ARGV[1], now, {KEYS[4], KEYS[6], KEYS[7]}, ARGV[5])
 return 'cancelled'

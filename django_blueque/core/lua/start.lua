@@ -26,11 +26,7 @@ end
 if state[3] then
   redis.call('LREM', KEYS[4], 1, ARGV[1])
   redis.call('HDEL', KEYS[1], 'lease', 'cancel_requested')
-  redis.call('HSET', KEYS[1], 'status', 'failed', 'error', 'cancelled', 'error_type', 'django_blueque.Cancelled',
-             'updated', ARGV[5], 'finished', ARGV[5])
-  redis.call('LPUSH', KEYS[5], ARGV[1])
-  release_unique(KEYS[7], KEYS[1], ARGV[1])
-  index_failure(KEYS[8], ARGV[8], 'django_blueque.Cancelled', ARGV[1], tonumber(ARGV[5]))
+  fail_cancelled(KEYS[1], ARGV[1], ARGV[5], {KEYS[5], KEYS[7], KEYS[8]}, ARGV[8])
   return -1
 end
 if redis.call('HGET', KEYS[1], 'unique_until') ~= 'end' then
