@@ -202,47 +202,11 @@ class Queue:
         return self._protocol.retry(self.name, task.id) == 1
 
 
-class Task:
-    """A read-only view of a task hash, as blueque 1.0's: every field is a property (assigning
-    one raises AttributeError), a missing field reads as None and an unknown task has status
-    None. Numbers written by a foreign producer that do not parse read as None (the raw
-    strings stay in ``fields``) rather than raising."""
+class TaskFields:
+    """The task hash's fields as properties, for the type checker only: Task makes them below
+    its class, TaskResult reads them through from its Task."""
 
-    _INTS = ("pid", "attempts", "retries")
-    _FLOATS = ("created", "updated", "eta", "started", "finished", "expires", "progress",
-               "backoff", "timeout", "retention", "cancel_requested")
-
-    def __init__(self, task_id: str, fields: Mapping[str, str | None]) -> None:
-        self._id = task_id
-        self.fields = dict(fields)
-
-    def __repr__(self) -> str:
-        return f"<Task {self.id} {self.status}>"
-
-    @property
-    def id(self) -> str:
-        return self._id
-
-    def _field(self, name: str) -> str | int | float | None:
-        value = self.fields.get(name)
-        if value is None:
-            return None
-        if name in self._INTS:
-            return parse_number(value, int)
-        if name in self._FLOATS:
-            return parse_number(value, float)
-        return value
-
-    @property
-    def exists(self) -> bool:
-        return bool(self.fields)
-
-    @property
-    def errors(self) -> list[ErrorEntry]:
-        """Every failed run's error, oldest first (see values.parse_errors)."""
-        return parse_errors(self.fields)
-
-    if TYPE_CHECKING:  # the field properties made below the class, for the type checker
+    if TYPE_CHECKING:
         @property
         def status(self) -> str | None: ...
         @property
@@ -259,8 +223,6 @@ class Task:
         def node(self) -> str | None: ...
         @property
         def pid(self) -> int | None: ...
-        @property
-        def result(self) -> str | None: ...
         @property
         def error(self) -> str | None: ...
         @property
@@ -301,6 +263,51 @@ class Task:
         def unique_key(self) -> str | None: ...
         @property
         def unique_until(self) -> str | None: ...
+
+
+class Task(TaskFields):
+    """A read-only view of a task hash, as blueque 1.0's: every field is a property (assigning
+    one raises AttributeError), a missing field reads as None and an unknown task has status
+    None. Numbers written by a foreign producer that do not parse read as None (the raw
+    strings stay in ``fields``) rather than raising."""
+
+    _INTS = ("pid", "attempts", "retries")
+    _FLOATS = ("created", "updated", "eta", "started", "finished", "expires", "progress",
+               "backoff", "timeout", "retention", "cancel_requested")
+
+    def __init__(self, task_id: str, fields: Mapping[str, str | None]) -> None:
+        self._id = task_id
+        self.fields = dict(fields)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.id} {self.status}>"
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    def _field(self, name: str) -> str | int | float | None:
+        value = self.fields.get(name)
+        if value is None:
+            return None
+        if name in self._INTS:
+            return parse_number(value, int)
+        if name in self._FLOATS:
+            return parse_number(value, float)
+        return value
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.fields)
+
+    if TYPE_CHECKING:
+        @property
+        def result(self) -> str | None: ...
+
+    @property
+    def errors(self) -> list[ErrorEntry]:
+        """Every failed run's error, oldest first (see values.parse_errors)."""
+        return parse_errors(self.fields)
 
 
 for _name in k.PROTOCOL_FIELDS + k.EXTENSION_FIELDS:
