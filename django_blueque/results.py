@@ -6,9 +6,9 @@ from typing import Any, Literal, Self, overload
 
 from .conf import get_client, get_settings
 from .core import Task
-from .core.client import TaskFields
 from .core.keys import FINISHED
 from .core.protocol import now
+from .core.task import TaskFields
 from .core.values import error_code, error_fields
 
 _eager_tasks: dict[str, Task] = {}

@@ -4,11 +4,12 @@ No Django in here: redis-py and the standard library only. Its ``Client`` and
 ``ForkingRunner`` are blueque 1.0's API.
 """
 
-from .client import Client, Listener, Processor, Queue, Task
+from .client import Client, Listener, Processor, Queue
 from .context import RunningTask, StopRequested, current_task
 from .keys import COMPLETE, FAILED, PENDING, RESERVED, SCHEDULED, STARTED, STATUSES, Keys
 from .maintenance import Action, enqueue_due_tasks, reap
 from .runner import ForkingRunner
+from .task import Task
 
 __all__ = [
     "Action", "Client", "COMPLETE", "FAILED", "ForkingRunner", "Keys", "Listener", "PENDING",

@@ -23,9 +23,10 @@ from .task_process import TaskProcess, encode_result
 from .values import error_code, error_fields, positive_seconds
 
 if TYPE_CHECKING:
-    from .client import Client, Task
+    from .client import Client
     from .maintenance import Policy
     from .protocol import Protocol
+    from .task import Task
 
 logger = logging.getLogger("django_blueque.listener")
 task_logger = logging.getLogger("django_blueque.task")

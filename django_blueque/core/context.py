@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from .lease import LeaseKeeper
 
 if TYPE_CHECKING:
-    from .client import Task
     from .protocol import Protocol
+    from .task import Task
 
 # a process runs one task at a time: the forked child sets it once
 _current: RunningTask | None = None

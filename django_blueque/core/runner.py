@@ -48,8 +48,9 @@ from .protocol import HEARTBEAT_TTL, new_token
 from .waiter import PendingWaiter
 
 if TYPE_CHECKING:
-    from .client import Client, Task
+    from .client import Client
     from .maintenance import Policy
+    from .task import Task
 
 logger = logging.getLogger("django_blueque.listener")
 

@@ -18,10 +18,10 @@ import time
 import redis
 
 from . import keys as k
-from .client import Task
 from .context import RunningTask, StopRequested, set_current_task
 from .lease import LeaseKeeper
 from .outages import Outage, is_transient
+from .task import Task
 from .values import error_code, error_fields, positive_seconds
 
 logger = logging.getLogger("django_blueque.task")

@@ -9,7 +9,7 @@ import time
 
 import redis
 
-from ..core.client import Task
+from ..core.task import Task
 from ..core.values import finite_number
 
 MAX_NAME = 512

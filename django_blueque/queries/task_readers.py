@@ -2,7 +2,7 @@
 listeners with the tasks they hold."""
 
 from ..core import keys as k
-from ..core.client import Task
+from ..core.task import Task
 from ..core.values import finite_number
 from ..registry import registered_tasks
 from ..rows import ListenerRow
