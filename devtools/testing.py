@@ -18,9 +18,9 @@ nothing else is started here), ``gettext`` (a test checks that the translation c
 every marked string) and ``chromium`` (the browser tests drive it with Playwright; no
 browser is downloaded).
 
-Order: install every environment, run ``ruff check .`` and ``mypy`` (configured in setup.cfg:
+Order: install every environment, run ``ruff check .`` and ``mypy`` (configured in pyproject.toml:
 strict on the public API) in the first one (each fails fast), then pytest in each environment.
-To keep the whole run under 20 minutes on two cores, the browser tests run only in
+To keep the whole run well under half an hour on two cores, the browser tests run only in
 the newest-Django environment (the admin's templates are what changes between Django versions)
 and the blueque 1.0 interop tests only in the Python 3.11 one (blueque 1.0's users are on the
 older Pythons, and the interop venv is built with that interpreter), as are the minutes-long
@@ -428,7 +428,7 @@ def main(argv=None):
         if subprocess.run([ruff, "check", "."], cwd=REPO).returncode != 0:
             say("ruff found problems: fix them first (no test was run)")
             return 1
-        say("mypy (setup.cfg [mypy])")
+        say("mypy (pyproject.toml [tool.mypy])")
         if subprocess.run([env_mypy(envs[0])], cwd=REPO).returncode != 0:
             say("mypy found type errors: fix them first (no test was run)")
             return 1
