@@ -211,6 +211,16 @@ class Protocol(UpkeepOperations):
             return None
         return found[0], found[1] == "ok", found[2]
 
+    def reserved_under(self, queue: str, listener_id: str, token: str) -> list[str]:
+        """The ids of a listener's reserved list whose task holds ``token`` (a reservation
+        whose reply was lost: see ForkingRunner._settle_unsure)."""
+        ids = cast("list[str]", self.redis.lrange(self.keys.reserved(queue, listener_id), 0, -1))
+        with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in ids:
+                pipe.hget(self.keys.task(task_id), "lease")
+            leases = pipe.execute(raise_on_error=False)
+        return [task_id for task_id, lease in zip(ids, leases, strict=True) if lease == token]
+
     # -- task processes --------------------------------------------------------------------
 
     def set_lease_token(self, task_id: str, token: str) -> None:

@@ -57,6 +57,10 @@ logger = logging.getLogger("django_blueque.listener")
 QUARANTINE_SECONDS = 10.0
 """How long a queue whose keys hold data of the wrong type is left alone before another try."""
 
+UNSURE_SECONDS = 60.0
+"""How long the token of a reserve whose reply was lost is looked for in the reserved lists
+(see _settle_unsure): Redis runs such a call whenever it reads it, as late as it resumes."""
+
 
 class ForkingRunner(TaskProcesses):
     """blueque 1.0's ``ForkingRunner(client, queue, callback).run()``, extended.
@@ -115,6 +119,9 @@ class ForkingRunner(TaskProcesses):
         self._waiters: dict[str, PendingWaiter] = {}
         # queue -> monotonic time it may be tried again (bad data)
         self._quarantine: dict[str, float] = {}
+        # token of a reserve whose reply was lost -> (queue, monotonic time it was sent)
+        self._unsure: dict[str, tuple[str, float]] = {}
+        self._next_settle = 0.0
         self._outage = Outage(logger, "listener")
         self._wake_r: int | None = None
         self._wake_w: int | None = None
@@ -189,6 +196,8 @@ class ForkingRunner(TaskProcesses):
                 if self._duties and current >= self._next_duties:
                     self._run_duties(current)
                 self._enforce_deadlines(current)
+                if self._unsure and current >= self._next_settle:
+                    self._settle_unsure(current)
                 empty = self._take_tasks() if self._accepting() else []
                 if (self.burst and not self.children and self._accepting()
                         and all(q in empty or self._waiters[q].armed or q in self._quarantine
@@ -313,7 +322,7 @@ class ForkingRunner(TaskProcesses):
                     break
                 token = new_token()
                 try:
-                    taken = self._protocol.reserve(queue, self.listener_id, token)
+                    taken = self._reserve(queue, token, current)
                     if taken is not None and taken[1]:
                         self._fork(queue, taken[0], token, taken[2])
                 except redis.ResponseError as exc:
@@ -329,6 +338,32 @@ class ForkingRunner(TaskProcesses):
                     logger.warning("queue %s: dropped id %s: %s", queue, printable(taken[0]),
                                    taken[2])
         return empty
+
+    def _reserve(self, queue: str, token: str, current: float) -> tuple[str, bool, str] | None:
+        try:
+            return self._protocol.reserve(queue, self.listener_id, token)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self._unsure[token] = (queue, current)  # it may have run all the same
+            raise
+
+    def _settle_unsure(self, current: float) -> None:
+        """A reserve whose reply was lost (its connection cut, or Redis stalled past the
+        socket timeout) may have reserved a task all the same, once Redis read the call: the
+        task waits in this listener's reserved list under that call's token, and as this
+        listener lives, no reaper would ever release it. Such a task goes back to its queue,
+        first of its priority (finish.lua's requeue). Looked for once a second, for
+        UNSURE_SECONDS."""
+        self._next_settle = current + 1.0
+        for token, (queue, sent) in list(self._unsure.items()):
+            for task_id in self._protocol.reserved_under(queue, self.listener_id, token):
+                if self._protocol.finish(queue, task_id, listener_id=self.listener_id, pid="",
+                                         token=token, outcome="requeue",
+                                         value="") == "requeued":
+                    logger.warning("listener %s: task %s, reserved by a call whose reply was "
+                                   "lost, went back to its queue", self.listener_id,
+                                   printable(task_id))
+            if current - sent > UNSURE_SECONDS:
+                del self._unsure[token]
 
     # -- signals ------------------------------------------------------------------------------
 
