@@ -101,9 +101,11 @@ class Faults:
                 continue
         victims = [pid for pid in children if pid in running]
         self._confirm_dead(children)
-        for pid in victims:
+        # every task process it killed, its code ended or not: one whose code had just ended
+        # may die before its end reaches Redis, and its task runs again (a killed run)
+        for pid, task_id in self._tasks_of(children).items():
             with self.soak.lock:
-                self.soak.killed.setdefault(running[pid], set()).add(pid)
+                self.soak.killed.setdefault(task_id, set()).add(pid)
         self._displace(held | {running[pid] for pid in victims}, at)
         return (f"SIGKILL {listener.name} (pid {listener.pid}) and its processes: "
                 f"{len(victims)} running task(s), {len(held)} reserved")
@@ -169,6 +171,12 @@ class Faults:
             except OSError:
                 continue
         return alive
+
+    def _tasks_of(self, pids):
+        """{pid: task id} of those processes that started a task (the side channel's start)."""
+        wanted = set(pids)
+        return {event.pid: event.task_id for event in read_events(self.soak.events_path)
+                if event.kind == "start" and event.pid in wanted}
 
     @staticmethod
     def _confirm_dead(pids, timeout=2.0):
