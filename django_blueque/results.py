@@ -9,7 +9,7 @@ from .core import Task
 from .core.keys import FINISHED
 from .core.protocol import now
 from .core.task import TaskFields
-from .core.values import error_code, error_fields
+from .core.values import ErrorEntry, error_code, error_fields
 
 _eager_tasks: dict[str, Task] = {}
 
@@ -99,7 +99,7 @@ def record_eager(task: Task, status: str, result: Any = None, error: Any = None)
         fields["result"] = result
     else:
         message, kind, trace = error_fields(error)
-        fields.update(error=message, error_type=kind, traceback=trace, errors=json.dumps([{
-            "type": kind, "message": message, "code": error_code(error), "time": float(stamp),
-            "node": "", "attempt": 1, "traceback": trace}]))
+        fields.update(error=message, error_type=kind, traceback=trace, errors=json.dumps([
+            ErrorEntry(type=kind, message=message, code=error_code(error), time=float(stamp),
+                       node="", attempt=1, traceback=trace)]))
     _eager_tasks[task.id] = Task(task.id, fields)

@@ -186,14 +186,14 @@ def tasks(request):
         rows, total, below = window
         after = None if below is None else f"t{below}"
     else:
-        data = reader.queue_page(queue, state, position or 1, limit)
+        page = position or 1
+        data = reader.queue_page(queue, state, page, limit)
         if data is None:
             raise ApiError(404, f"no such queue: {queue!r}")
-        rows, total = data["tasks"], data["total"]
-        after = f"p{data['page'] + 1}" if data["page"] < data["pages"] and (
-            position or 1) <= data["pages"] else None
-        if position and position > data["pages"]:
-            rows = []  # queue_page shows the last page: a cursor past it has nothing
+        total = data["total"]
+        # queue_page shows the last page for one past it: a cursor past it has nothing
+        rows = data["tasks"] if page <= data["pages"] else []
+        after = f"p{page + 1}" if page < data["pages"] else None
     return JsonResponse({"queue": queue, "state": state, "total": total,
                          "tasks": [_row(task) for task in rows], "next": after},
                         json_dumps_params={"allow_nan": False})
