@@ -29,7 +29,7 @@ if status ~= 'started' and status ~= 'reserved' then
   return 'stale'
 end
 local state = redis.call('HMGET', KEYS[1], 'lease', 'attempts', 'retries', 'backoff', 'retention',
-                        'priority')
+                        'priority', 'unique_key')
 local waiting = {KEYS[8], KEYS[13], KEYS[14], KEYS[15]}
 if ARGV[2] ~= '' and state[1] ~= ARGV[2] then
   return 'stale'
@@ -116,7 +116,7 @@ else
   index_failure(KEYS[17], ARGV[19], ARGV[7], id, tonumber(now))
 end
 
-release_unique(KEYS[16], KEYS[1], id)
+release_unique(KEYS[16], state[7], id)
 local retention = number(state[5], number(ARGV[10], nil))
 if retention then
   local expires = server_time() + retention

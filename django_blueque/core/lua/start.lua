@@ -14,7 +14,8 @@
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
   return 0
 end
-local state = redis.call('HMGET', KEYS[1], 'status', 'lease', 'cancel_requested', 'node', 'attempts')
+local state = redis.call('HMGET', KEYS[1], 'status', 'lease', 'cancel_requested', 'node', 'attempts',
+                        'unique_key', 'unique_until')
 local ours = state[1] == 'reserved' or (state[1] == 'pending' and state[4] == ARGV[7])
 if not ours or state[2] ~= ARGV[4] then
   return 0
@@ -29,8 +30,8 @@ if state[3] then
   fail_cancelled(KEYS[1], ARGV[1], ARGV[5], {KEYS[5], KEYS[7], KEYS[8]}, ARGV[8])
   return -1
 end
-if redis.call('HGET', KEYS[1], 'unique_until') ~= 'end' then
-  release_unique(KEYS[7], KEYS[1], ARGV[1])
+if state[7] ~= 'end' then
+  release_unique(KEYS[7], state[6], ARGV[1])
 end
 redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[1], 'status', 'started', 'pid', ARGV[3], 'updated', ARGV[5], 'started', ARGV[5],
