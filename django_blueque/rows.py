@@ -98,10 +98,12 @@ class ListenerRow:
 
     @property
     def beat(self):
-        """Time of the last heartbeat: each beat pushes the expiry HEARTBEAT_TTL ahead (None
-        for an expiry no listener of ours writes, such as -inf)."""
+        """Time of the last heartbeat: each beat pushes the expiry its lease ahead (the info
+        hash's ``lease``: longer while idle; HEARTBEAT_TTL for a listener that does not say);
+        None for an expiry no listener of ours writes, such as -inf."""
         if self.expires is not None:
-            return finite_number(self.expires - HEARTBEAT_TTL)
+            lease = finite_number(self.info.get("lease")) or HEARTBEAT_TTL
+            return finite_number(self.expires - lease)
         return finite_number(self.info.get("beat"))
 
     @property

@@ -242,7 +242,7 @@ class Keys:
     @property
     def listener_expiries(self) -> str:
         """ZSET index: ``"<queue> <listener id>"`` -> when its heartbeat lapses, kept by
-        heartbeat and release_listener (queue names hold no space)."""
+        heartbeat, reserve and release_listener (queue names hold no space)."""
         return self._key("listener_expiries")
 
     @property

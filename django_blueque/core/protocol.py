@@ -35,6 +35,11 @@ ENQUEUE_BATCH = 1000
 HEARTBEAT_TTL = 15.0
 """Seconds a listener counts as alive after its last heartbeat; it beats every third."""
 
+IDLE_HEARTBEAT_TTL = 180.0
+"""The same for a listener with no task (it beats every third, a command every few seconds
+per hundred idle listeners): a listener that dies idle leaves nothing to recover, and the
+reserve that gives it a task brings its lease back to HEARTBEAT_TTL in the same step."""
+
 UNLIST_WINDOW = 10_000
 """How far from either end of a list an operator's retry, delete or cancel of one task looks
 for its id (LPOS ... MAXLEN): a task deeper in a longer list is left alone (cancel flags it),
@@ -205,8 +210,10 @@ class Protocol(UpkeepOperations):
         pending task was behind it."""
         found = self.script("reserve")(
             keys=[self.keys.pending(queue), self.keys.reserved(queue, listener_id),
-                  self.keys.prioritized(queue), self.keys.priority_wake(queue)],
-            args=[self._task_prefix, listener_id, encode_time(now()), token, queue])
+                  self.keys.prioritized(queue), self.keys.priority_wake(queue),
+                  self.keys.listener_leases(queue), self.keys.listener_expiries],
+            args=[self._task_prefix, listener_id, encode_time(now()), token, queue,
+                  HEARTBEAT_TTL])
         if found is None:
             return None
         return found[0], found[1] == "ok", found[2]

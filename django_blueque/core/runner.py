@@ -44,7 +44,7 @@ from . import keys as k
 from .children import TaskProcesses, printable
 from .orphans import recover_local_orphans
 from .outages import Outage, is_transient
-from .protocol import HEARTBEAT_TTL, new_token
+from .protocol import HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL, new_token
 from .waiter import PendingWaiter
 
 if TYPE_CHECKING:
@@ -127,6 +127,7 @@ class ForkingRunner(TaskProcesses):
         self._wake_w: int | None = None
         self._next_beat = self._next_duties = 0.0
         self._sent_info: dict[str, object] | None = None
+        self._lease = 0.0  # the ttl of the last heartbeat
         self._spare = None  # (pid, pipe) of a task process forked ahead, waiting for a task
         self._rotation = 0
 
@@ -261,19 +262,24 @@ class ForkingRunner(TaskProcesses):
     # -- liveness ------------------------------------------------------------------------------
 
     def _beat(self, current: float) -> None:
-        """Renew the lease; write the info hash when it changed or after a (re-)registration,
-        and collect cancellations while tasks run."""
+        """Renew the lease (a long one while idle: see IDLE_HEARTBEAT_TTL); write the info hash
+        when it changed or after a (re-)registration, and collect cancellations while tasks
+        run."""
+        busy = bool(self.children or self._backlog or self._unsure)
+        ttl = HEARTBEAT_TTL if busy else IDLE_HEARTBEAT_TTL
         info: dict[str, object] = {
             "host": k.hostname(), "pid": os.getpid(), "queues": ",".join(self.queues),
             "concurrency": self.concurrency, "running": len(self.children),
-            "since": repr(self._started_at)}
+            "since": repr(self._started_at), "lease": ttl}
         changed = info if info != self._sent_info else None
         registered, cancels, skipped = self._protocol.heartbeat(
-            self.listener_id, self.queues, changed, collect_cancels=bool(self.children))
+            self.listener_id, self.queues, changed, collect_cancels=bool(self.children),
+            ttl=ttl)
         if registered and changed is None:
-            self._protocol.heartbeat(self.listener_id, self.queues, info, collect_cancels=False)
-        self._sent_info = info
-        self._next_beat = current + self._heartbeat_interval
+            self._protocol.heartbeat(self.listener_id, self.queues, info, collect_cancels=False,
+                                     ttl=ttl)
+        self._sent_info, self._lease = info, ttl
+        self._next_beat = current + self._heartbeat_interval * ttl / HEARTBEAT_TTL
         for queue in skipped:
             self._set_aside(queue, "its listeners or listener-leases key holds the wrong type",
                             current)
@@ -324,6 +330,8 @@ class ForkingRunner(TaskProcesses):
                 try:
                     taken = self._reserve(queue, token, current)
                     if taken is not None and taken[1]:
+                        if self._lease != HEARTBEAT_TTL:
+                            self._next_beat = 0.0  # busy now: say so once the task is handed
                         self._fork(queue, taken[0], token, taken[2])
                 except redis.ResponseError as exc:
                     if is_transient(exc):

@@ -187,15 +187,18 @@ def test_a_listener_whose_clock_is_behind_is_not_released(client, r, redis_url, 
 
 
 def test_a_heartbeat_registers_again_a_listener_someone_removed(client, r, start_runner):
-    """blueque 1.0's claim_orphan SREMs a listener it judges dead; ours must come back."""
+    """blueque 1.0's claim_orphan SREMs a listener it judges dead; ours must come back at its
+    next beat (a minute apart while idle), which comes at once when it takes a task."""
     runner = start_runner()
     wait_for(lambda: runner.listener_id in r.smembers("blueque_listeners_q"), 20,
              runner.describe)
     r.srem("blueque_listeners_q", runner.listener_id)
     r.zincrby("blueque_queues", -1, "q")
+    task_id = client.get_queue("q").enqueue("taken by a listener someone removed")
     wait_for(lambda: runner.listener_id in r.smembers("blueque_listeners_q"), 10,
              runner.describe)
     assert r.zscore("blueque_queues", "q") == 1.0
+    ended_once(client, r, [task_id], runner)
 
 
 # -- the listener's own processes -------------------------------------------------------------

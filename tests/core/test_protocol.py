@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from django_blueque.core import Client, Listener
-from django_blueque.core.protocol import ENQUEUE_BATCH
+from django_blueque.core.protocol import ENQUEUE_BATCH, HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL
 from tests.core.helpers import assert_time_field, calls_delta, command_calls
 
 BLUEQUE1_FIELDS = {"status", "queue", "parameters", "created", "updated"}
@@ -184,6 +184,32 @@ def test_heartbeat_registers_a_listener_as_blueque1_does(client, r):
         assert r.zscore("blueque_listener_leases_q", listener.id) >= expiry
     finally:
         listener.stop()
+
+
+def test_reserving_brings_an_idle_listeners_long_lease_back_to_the_busy_one(client, proto, r):
+    """An idle listener beats rarely, on IDLE_HEARTBEAT_TTL; the reserve that gives it a task
+    shortens that lease in the same step (and never lengthens a busy one, nor registers)."""
+    proto.heartbeat("host-a_101", ["q", "other"], ttl=IDLE_HEARTBEAT_TTL)
+    idle = r.zscore("blueque_listener_leases_q", "host-a_101")
+    assert idle >= time.time() + IDLE_HEARTBEAT_TTL - 5
+    client.get_queue("q").enqueue("a")
+    t0 = time.time()
+    assert proto.reserve("q", "host-a_101", "tok")[1]
+    busy = r.zscore("blueque_listener_leases_q", "host-a_101")
+    assert t0 + HEARTBEAT_TTL - 1 <= busy <= time.time() + HEARTBEAT_TTL
+    assert r.zscore("blueque_listener_expiries", "q host-a_101") == busy
+    # its other queue, where it reserved nothing, keeps the long lease
+    assert r.zscore("blueque_listener_leases_other", "host-a_101") == idle
+    client.get_queue("q").enqueue("b")
+    proto.heartbeat("host-a_101", ["q"], ttl=HEARTBEAT_TTL)
+    renewed = r.zscore("blueque_listener_leases_q", "host-a_101")
+    assert proto.reserve("q", "host-a_101", "tok2")[1]
+    assert r.zscore("blueque_listener_leases_q", "host-a_101") == renewed
+    # a listener that is not registered is not registered by its reserve
+    client.get_queue("q").enqueue("c")
+    assert proto.reserve("q", "host-z_9", "tok3")[1]
+    assert r.zscore("blueque_listener_leases_q", "host-z_9") is None
+    assert r.zscore("blueque_listener_expiries", "q host-z_9") is None
 
 
 def test_blueque1_registration(proto, r):

@@ -6,9 +6,13 @@
 -- Tasks with a priority wait in the prioritized set (see make_pending): its first is taken
 -- before the list's oldest when its priority is above 0, after it otherwise. The wake list
 -- is emptied once the set is, so a listener's peek on it blocks again.
+-- A listener beats rarely while idle, on a long lease (see IDLE_HEARTBEAT_TTL): the task it
+-- takes brings that lease down to the busy one, here, so that a listener dying with a task
+-- reserved is found as soon as a busy one (XX: only a registered listener; LT: never longer).
 -- KEYS[1] pending list, KEYS[2] the listener's reserved list, KEYS[3] prioritized set,
--- KEYS[4] its wake list
--- ARGV[1] task key prefix, ARGV[2] listener id, ARGV[3] now, ARGV[4] lease token, ARGV[5] queue
+-- KEYS[4] its wake list, KEYS[5] the queue's listener leases, KEYS[6] the listener expiries index
+-- ARGV[1] task key prefix, ARGV[2] listener id, ARGV[3] now, ARGV[4] lease token, ARGV[5] queue,
+-- ARGV[6] the busy listener lease (s)
 -- Returns false when the queue is empty, {id, 'ok', timeout or ''}, or {id, 'skipped', why}.
 --#include common.lib
 local first = usable(KEYS[3], 'zset') and redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES') or {}
@@ -46,4 +50,8 @@ redis.call('HSET', task, 'status', 'reserved', 'node', ARGV[2], 'updated', ARGV[
 redis.call('HSETNX', task, 'queue', ARGV[5])
 -- a blueque 1.0 reclaim of an earlier run no longer applies to this one
 redis.call('HDEL', task, 'reclaimed_node')
+-- (pcall: a lease key of the wrong type is the heartbeat's to report, not a reason to drop this)
+local expiry = server_time() + tonumber(ARGV[6])
+redis.pcall('ZADD', KEYS[5], 'XX', 'LT', expiry, ARGV[2])
+redis.pcall('ZADD', KEYS[6], 'XX', 'LT', expiry, ARGV[5] .. ' ' .. ARGV[2])
 return {id, 'ok', redis.call('HGET', task, 'timeout') or ''}
