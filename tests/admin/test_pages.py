@@ -4,6 +4,7 @@ import json
 import time
 
 from django_blueque.core import keys as k
+from django_blueque.core.protocol import IDLE_HEARTBEAT_TTL
 
 from .helpers import as_json, body, complete_task, enqueue_v1, fail_task, start_task, url
 
@@ -26,6 +27,10 @@ def test_dashboard_shows_every_queue_with_counts_listeners_and_tasks(admin, blue
     start_task(blueque, "video", listener="web-1_100")
     blueque.get_queue("video").schedule("{}", now + 3600)
     blueque.protocol.heartbeat("dead-1_7", ["video"], {"host": "dead-1", "pid": 7}, ttl=-30)
+    # an idle listener that beat 100 s ago, on its long lease
+    blueque.protocol.heartbeat("idle-1_8", ["video"], {"host": "idle-1", "pid": 8,
+                                                       "lease": IDLE_HEARTBEAT_TTL},
+                               ttl=IDLE_HEARTBEAT_TTL - 100)
     response = admin.get(url(""))
     assert response.status_code == 200
     overview = response.context["overview"]
@@ -36,11 +41,14 @@ def test_dashboard_shows_every_queue_with_counts_listeners_and_tasks(admin, blue
     assert queues["legacy.q"].counts["pending"] == 1
     assert 85 < queues["legacy.q"].oldest_pending_age < 120
     assert queues["video"].oldest_pending_age is None
-    assert [listener.id for listener in queues["video"].live] == ["node-1_4242", "web-1_100"]
+    assert [listener.id for listener in queues["video"].live] == ["idle-1_8", "node-1_4242",
+                                                                  "web-1_100"]
     assert [listener.id for listener in queues["video"].stale] == ["dead-1_7"]
     assert [listener.id for listener in queues["legacy.q"].v1] == ["oldhost_555"]
     web = next(listener for listener in queues["video"].live if listener.id == "web-1_100")
     assert web.held == 1 and web.host == "node-1" and web.heartbeat_age < 5
+    idle = next(listener for listener in queues["video"].live if listener.id == "idle-1_8")
+    assert 95 < idle.heartbeat_age < 110
     assert queues["demo.long"].task == "demo.tasks.long_task"
     assert queues["legacy.q"].task is None
     page = body(response)
