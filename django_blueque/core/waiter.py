@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from .client import Client
 
 BLOCK_SECONDS = 60
-"""How long one blocking peek lasts before it is renewed (the only other idle command)."""
+"""How long one blocking peek lasts before it is renewed (with the heartbeat, the only idle
+command)."""
 
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
@@ -43,13 +44,17 @@ class Peek:
         return self.conn._sock.fileno()
 
     def settle(self):
-        """Read the peek's reply (its value is not needed: the element stays in the list)."""
+        """Read the peek's reply. An element (its value is not needed: it stays in the list)
+        leaves the peek unarmed, for the listener to take the task; a timeout (nothing came
+        for BLOCK_SECONDS) arms it again at once, with no look at the empty queue."""
         self.armed = False
         try:
-            self.conn.read_response()
+            reply = self.conn.read_response()
         except CONNECTION_ERRORS:
             self.close()
             raise
+        if reply is None:
+            self.arm()
 
     def close(self):
         if self.conn is not None:
