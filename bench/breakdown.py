@@ -62,7 +62,7 @@ def listen(url, path):
     global LOG
     LOG = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     waiter.PendingWaiter.settle = timed("woken", waiter.PendingWaiter.settle)
-    for name in ("reserve", "start", "finish"):
+    for name in ("take", "finish"):
         setattr(Protocol, name, timed(name, getattr(Protocol, name)))
     children.TaskProcesses._spawn = timed("fork_spare", children.TaskProcesses._spawn)
     children.TaskProcesses._collect_children = timed(
@@ -80,7 +80,7 @@ def stages(path, enqueued):
         first = {}
         for event in mine:
             first.setdefault(event[0], event)
-        if not {"woken", "reserve", "start", "callback", "finish"} <= set(first):
+        if not {"woken", "take", "callback", "finish"} <= set(first):
             continue
         ended = first["finish"][3]
         collected = [e for e in mine if e[0] == "collected" and e[3] >= ended]
@@ -91,10 +91,10 @@ def stages(path, enqueued):
         ms = 1e-6
         rows.append({
             "enqueue call to the listener woken": (first["woken"][3] - at) * ms,
-            "reserve (script round trip)": (first["reserve"][3] - first["reserve"][2]) * ms,
-            "start (script round trip)": (first["start"][3] - first["start"][2]) * ms,
-            "start recorded to the task's code (pipe hand-over, set-up in the child)":
-                (first["callback"][2] - first["start"][3]) * ms,
+            "take (reserve + start, one script round trip)":
+                (first["take"][3] - first["take"][2]) * ms,
+            "take returned to the task's code (pipe hand-over, set-up in the child)":
+                (first["callback"][2] - first["take"][3]) * ms,
             "finish in the child (new connection + script)":
                 (first["finish"][3] - first["finish"][2]) * ms,
             "finish recorded to the exit collected (exit, SIGCHLD, waitpid)":
@@ -117,7 +117,7 @@ def floors(url, rounds=300):
     script = []
     for _ in range(rounds):
         began = now()
-        protocol.reserve(QUEUE + "-empty", "floor_1", "token")  # an empty queue: script cost
+        protocol.take(QUEUE + "-empty", "floor_1", "token", 1)  # an empty queue: script cost
         script.append((now() - began) / 1e6)
     forks, first_command = [], []
     for _ in range(rounds // 3):
@@ -141,7 +141,7 @@ def floors(url, rounds=300):
         os.close(read_end)
         os.waitpid(pid, 0)
     r.close()
-    return {"Redis round trip (PING)": ping, "engine script call (reserve, empty queue)": script,
+    return {"Redis round trip (PING)": ping, "engine script call (take, empty queue)": script,
             "fork + exit + waitpid (this interpreter, engine imported)": forks,
             "a forked child's first command (new connection)": first_command}
 

@@ -110,36 +110,46 @@ class TaskProcesses:
         os.close(read_end)
         return pid, write_end
 
-    def _fork(self, queue: str, task_id: str, token: str, timeout: object) -> None:
-        """Run a reserved task in a process: the spare one forked while the listener was idle
-        (so the fork is not on the way from enqueue to the task's code), or a new one. The
-        listener records the start with the process's pid on its own warm connection and hands
-        it the task through the pipe: the code begins one round trip after the reservation."""
-        self.tasks_taken += 1
+    def _ready_spare(self) -> tuple[int, int]:
+        """The spare task process, forked now if there is none (or it died): the task is
+        started with its pid (take.lua), so the fork is not on the way from enqueue to the
+        task's code when the listener was idle, nor between two tasks of a queue."""
         if self._spare is not None and not _running_child(self._spare[0]):
             logger.warning("listener %s: spare task process %d had died; forking another",
                            self.listener_id, self._spare[0])
             os.close(self._spare[1])
             self._spare = None
-        pid, write_end = self._spare or self._spawn()
+        if self._spare is None:
+            self._spare = self._spawn()
+        return self._spare
+
+    def _hand_over(self, queue: str, token: str, task_id: str, outcome: str,
+                   reply: dict[str, str] | int | str) -> None:
+        """After a take: the spare process runs the task it started (its fields go through
+        the pipe), or, if the start was refused, exits with nothing to run (a task reserved
+        but refused by a key of the wrong type goes back to the queue once it has exited)."""
+        if outcome == "skipped":
+            return
+        assert self._spare is not None  # _take readied it
+        pid, write_end = self._spare
         self._spare = None
-        timeout = positive_seconds(timeout) or self.policy(queue).get("timeout")
+        self.tasks_taken += 1
+        fields = reply if isinstance(reply, dict) else {}
+        timeout = positive_seconds(fields.get("timeout")) or self.policy(queue).get("timeout")
         child = self.children[pid] = Child(pid, queue, task_id, token, timeout)
         try:
-            started = self._protocol.start(queue, task_id, self.listener_id, pid, token)
-        except redis.RedisError:
-            os.close(write_end)  # the process exits unstarted; the task goes back to the queue
-            self._backlog.append(lambda: self._record_unstarted(child))
-            raise
-        try:
-            if isinstance(started, dict):
+            if fields:
                 _write_all(write_end, json.dumps({"queue": queue, "token": token,
-                                                  "id": task_id, "fields": started}).encode())
+                                                  "id": task_id, "fields": fields}).encode())
                 child.handed = True
                 task_logger.info("task %s (%s) started in pid %d", printable(task_id), queue, pid)
+            elif outcome == "unstarted":
+                task_logger.error("task %s (%s) not started: %s", printable(task_id), queue,
+                                  reply)
+                self._record_or_later(lambda: self._record_unstarted(child))
             else:
                 task_logger.info("task %s (%s) not started: %s", printable(task_id), queue,
-                                 "cancelled" if started == -1 else "no longer reserved here")
+                                 "cancelled" if reply == -1 else "no longer reserved here")
         except OSError:
             pass  # the process died before it got the task: _child_ended puts it back
         finally:
@@ -211,10 +221,11 @@ class TaskProcesses:
         self._record_or_later(record)
 
     def _record_unstarted(self, child):
-        """Its process died before it was handed the task: back to the queue, uncounted."""
+        """Its process was never handed the task (it died first, or the start was refused):
+        back to the queue, uncounted."""
         if self._finish(child, "requeue", "") == "requeued":
-            task_logger.warning("task %s: its process %d died before the task began; back "
-                                "to the queue", child.label, child.pid)
+            task_logger.warning("task %s never began in process %d; back to the queue",
+                                child.label, child.pid)
 
     def _finish(self, child, outcome, value, error_type="", retryable=True):
         return self._protocol.finish(

@@ -14,7 +14,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import keys as k
-from .bulk import BULK_ACTIONS
+from .protocol_admin import AdminOperations
 from .protocol_upkeep import UpkeepOperations, _optional, encode_time, now
 
 if TYPE_CHECKING:
@@ -73,9 +73,9 @@ def new_task_id() -> str:
     return str(uuid.uuid4())
 
 
-class Protocol(UpkeepOperations):
+class Protocol(UpkeepOperations, AdminOperations):
     """The operations, bound to one Redis client and one key prefix (the scheduler's and
-    the reaper's in UpkeepOperations)."""
+    the reaper's in UpkeepOperations, the admin's in AdminOperations)."""
 
     def __init__(self, redis_client: redis.Redis, prefix: str = k.DEFAULT_PREFIX) -> None:
         self.redis = redis_client
@@ -203,20 +203,47 @@ class Protocol(UpkeepOperations):
 
     def reserve(self, queue: str, listener_id: str, token: str
                 ) -> tuple[str, bool, str] | None:
-        """Move the next pending id (the first of the highest priority, see reserve.lua) to
+        """Move the next pending id (the first of the highest priority, see reserve.lib) to
         the listener's reserved list and mark the task reserved, atomically. Returns None when
         the queue is empty, else ``(task id, True, timeout)`` where timeout is the task's own
         timeout field ('' for none), or ``(task id, False, why)`` for an id dropped because no
         pending task was behind it."""
-        found = self.script("reserve")(
-            keys=[self.keys.pending(queue), self.keys.reserved(queue, listener_id),
-                  self.keys.prioritized(queue), self.keys.priority_wake(queue),
-                  self.keys.listener_leases(queue), self.keys.listener_expiries],
-            args=[self._task_prefix, listener_id, encode_time(now()), token, queue,
-                  HEARTBEAT_TTL])
+        keys, args = self._reserve_call(queue, listener_id, token)
+        found = self.script("reserve")(keys=keys, args=args)
         if found is None:
             return None
         return found[0], found[1] == "ok", found[2]
+
+    def take(self, queue: str, listener_id: str, token: str, pid: int,
+             lease_ttl: float = LEASE_TTL
+             ) -> tuple[str, str, dict[str, str] | int | str] | None:
+        """reserve, then start with ``pid``, in one step (take.lua: the runner's way, its task
+        process forked ahead). None when the queue is empty, else ``(task id, 'ok', start's
+        reply)``, ``(task id, 'skipped', why)`` (dropped, as reserve drops it) or
+        ``(task id, 'unstarted', why)`` (reserved, but a key of the wrong type refused the
+        start: the caller puts it back)."""
+        keys, args = self._reserve_call(queue, listener_id, token)
+        found = self.script("take")(
+            keys=[*keys, self.keys.started(queue), self.keys.failed(queue),
+                  self.keys.lease_expiries, self.keys.unique(queue),
+                  self.keys.error_types(queue)],
+            args=[*args, self.keys.lease(""), pid, int(lease_ttl * 1000),
+                  self.keys.failed_of_type(queue, "")])
+        if found is None:
+            return None
+        task_id, outcome, reply = found
+        if isinstance(reply, list):
+            reply = dict(zip(reply[::2], reply[1::2], strict=True))
+        return task_id, outcome, reply
+
+    def _reserve_call(self, queue: str, listener_id: str, token: str
+                      ) -> tuple[list[str], list[WireValue]]:
+        """The keys and arguments of reserve_next (reserve.lib), first of take's too."""
+        return ([self.keys.pending(queue), self.keys.reserved(queue, listener_id),
+                 self.keys.prioritized(queue), self.keys.priority_wake(queue),
+                 self.keys.listener_leases(queue), self.keys.listener_expiries],
+                [self._task_prefix, listener_id, encode_time(now()), token, queue,
+                 HEARTBEAT_TTL])
 
     def reserved_under(self, queue: str, listener_id: str, token: str) -> list[str]:
         """The ids of a listener's reserved list whose task holds ``token`` (a reservation
@@ -238,8 +265,9 @@ class Protocol(UpkeepOperations):
     def start(self, queue: str, task_id: str, listener_id: str, pid: int, token: str,
               lease_ttl: float = LEASE_TTL) -> dict[str, str] | int:
         """MULTI; SADD started "L pid id"; HSET task status started pid P; EXEC, guarded by
-        the reservation token and taking the task's lease. Returns the task's fields (go), 0
-        (not ours any more) or -1 (cancelled while reserved: recorded as failed)."""
+        the reservation token and taking the task's lease (start.lib). Returns the task's
+        fields (go), 0 (not ours any more) or -1 (cancelled while reserved: recorded as
+        failed)."""
         started = self.script("start")(
             keys=[self.keys.task(task_id), self.keys.started(queue), self.keys.lease(task_id),
                   self.keys.reserved(queue, listener_id), self.keys.failed(queue),
@@ -337,81 +365,3 @@ class Protocol(UpkeepOperations):
             pipe.delete(self.keys.task(task_id))
             pipe.lrem(self.keys.finished(queue, status), 1, task_id)
             pipe.execute()
-
-    # -- operators (the admin) -------------------------------------------------------------
-
-    def window(self, key, kind, start, stop, fields, limit, task_ids=(), redis_client=None):
-        """One page of tasks for a list screen in one round trip, nothing written: the ids of
-        ``key[start:stop]`` (kind 'list': LRANGE; 'zset': ZREVRANGE with scores) or
-        ``task_ids`` (kind 'ids'), and their ``fields``, values cut to ``limit`` bytes.
-        Returns ``[(id, score or None, {field: value or None})]``, the dict None for a task
-        key that is not a hash (a key of the wrong type reads as empty). ``redis_client``
-        reads through another client of the same server (e.g. one decoding leniently)."""
-        reply = self.script("window")(
-            keys=[key or self.keys.queues],
-            args=[kind, start, stop, self._task_prefix, limit, len(fields), *fields, *task_ids],
-            client=redis_client)
-        width = 3 + len(fields)
-        rows = []
-        for index in range(0, len(reply), width):
-            values = reply[index + 3:index + width]
-            rows.append((reply[index], reply[index + 1],
-                         dict(zip(fields, values, strict=True)) if reply[index + 2] else None))
-        return rows
-
-    def peek(self, task_id, texts, others, text_limit, other_limit, most_others,
-             redis_client=None):
-        """A task hash for its page, bounded whatever is stored (see peek.lua): the fields
-        ``texts`` with values cut to ``text_limit`` bytes, ``others`` and at most
-        ``most_others`` more fields cut to ``other_limit``. Returns None for no task, a str
-        (the key's type) for a key that is not a hash, else ``(number of fields,
-        {field: (value, full length in bytes)})``."""
-        reply = self.script("peek")(
-            keys=[self.keys.task(task_id)],
-            args=[text_limit, other_limit, len(texts), most_others, *texts, *others],
-            client=redis_client)
-        if reply is None or len(reply) == 1:
-            return reply[0] if reply else None
-        return reply[0], {reply[index]: (reply[index + 1], reply[index + 2])
-                          for index in range(1, len(reply), 3)}
-
-    def run_now(self, queue, task_id):
-        """Send a scheduled task to its queue before its eta, to be taken next."""
-        return bool(self.script("run_now")(
-            keys=[self.keys.task(task_id), self.keys.scheduled(queue), *self.keys.waiting(queue)],
-            args=[task_id, encode_time(now())]))
-
-    def bulk_start(self, job_id, action, queue, state, user, keep, with_cancelled=False):
-        """Begin retrying ('retry') or deleting ('delete') every task of a finished list, or
-        cancelling ('cancel') every pending task, in batches (bulk.BULK_ACTIONS); False if
-        that job is already running. ``keep``: seconds its record stays once it ended. A
-        retry leaves cancelled tasks alone unless ``with_cancelled``."""
-        if (action, state) not in BULK_ACTIONS:
-            raise ValueError(f"no bulk action {action!r} on {state!r} tasks")
-        return bool(self.script("bulk_start")(
-            keys=[self.keys.bulk_job(job_id), self.keys.bulk_list(queue, state),
-                  self.keys.bulk_running, self.keys.prioritized(queue)],
-            args=[action, queue, state, user, encode_time(now()), int(keep), job_id,
-                  "1" if with_cancelled else "0"]))
-
-    def running_bulk_jobs(self):
-        """The ids of the running bulk jobs (those started since the index existed)."""
-        return self.redis.smembers(self.keys.bulk_running)
-
-    def bulk_step(self, job_id, queue, state, batch, keep):
-        """Run one batch of a bulk job; returns ``(status, processed, total, affected)``
-        (status None when there is no such job)."""
-        status, processed, total, affected = self.script("bulk_step")(
-            keys=[self.keys.bulk_job(job_id), self.keys.bulk_list(queue, state),
-                  self.keys.pending(queue), self.keys.bulk_running,
-                  *self.keys.waiting(queue)[1:], self.keys.error_types(queue),
-                  self.keys.failed(queue), self.keys.unique(queue)],
-            args=[self._task_prefix, encode_time(now()), int(batch), int(keep), job_id,
-                  self.keys.failed_of_type(queue, "")])
-        return status, processed, total, affected
-
-    def bulk_stop(self, job_id, keep):
-        """Stop a running bulk job between two batches; False if it was not running."""
-        return bool(self.script("bulk_stop")(
-            keys=[self.keys.bulk_job(job_id), self.keys.bulk_running],
-            args=[encode_time(now()), int(keep), job_id]))

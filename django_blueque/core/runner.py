@@ -6,10 +6,10 @@ it as it was; the same on the list that holds an element while tasks with a prio
 its children's exits and on signals (both through a wake-up pipe), and on the next timer
 (heartbeat, timeouts, kill escalations). So it sends nothing while idle but its
 heartbeat, starts a task within milliseconds of its enqueue, and notices a child's death at once.
-The task itself is then reserved by the atomic ``reserve`` script, its start recorded by the
-listener, and handed through a pipe to a task process forked ahead, while the listener was idle
-or its tasks ran (a fork costs milliseconds; it is kept off the way from enqueue to the task's
-code, and from one task's end to the next one's start).
+The task itself is then reserved and started, in one atomic script (``take``), with the pid of
+a task process forked ahead, while the listener was idle or its tasks ran, and handed to that
+process through a pipe (a fork costs milliseconds; it is kept off the way from enqueue to the
+task's code, and from one task's end to the next one's start).
 
 A task's process renews its own lease from a thread, so it keeps running, and records its own
 end, even if its listener dies; it kills itself if it ever loses the lease (the reaper handed
@@ -58,7 +58,7 @@ QUARANTINE_SECONDS = 10.0
 """How long a queue whose keys hold data of the wrong type is left alone before another try."""
 
 UNSURE_SECONDS = 60.0
-"""How long the token of a reserve whose reply was lost is looked for in the reserved lists
+"""How long the token of a take whose reply was lost is looked for in the reserved lists
 (see _settle_unsure): Redis runs such a call whenever it reads it, as late as it resumes."""
 
 
@@ -119,8 +119,8 @@ class ForkingRunner(TaskProcesses):
         self._waiters: dict[str, PendingWaiter] = {}
         # queue -> monotonic time it may be tried again (bad data)
         self._quarantine: dict[str, float] = {}
-        # token of a reserve whose reply was lost -> (queue, monotonic time it was sent)
-        self._unsure: dict[str, tuple[str, float]] = {}
+        # token of a take whose reply was lost -> (queue, monotonic time it was sent, pid)
+        self._unsure: dict[str, tuple[str, float, int]] = {}
         self._next_settle = 0.0
         self._outage = Outage(logger, "listener")
         self._wake_r: int | None = None
@@ -326,13 +326,8 @@ class ForkingRunner(TaskProcesses):
             for queue in list(queues):
                 if len(self.children) >= self.concurrency or not self._accepting():
                     break
-                token = new_token()
                 try:
-                    taken = self._reserve(queue, token, current)
-                    if taken is not None and taken[1]:
-                        if self._lease != HEARTBEAT_TTL:
-                            self._next_beat = 0.0  # busy now: say so once the task is handed
-                        self._fork(queue, taken[0], token, taken[2])
+                    taken = self._take(queue, current)
                 except redis.ResponseError as exc:
                     if is_transient(exc):
                         raise
@@ -342,29 +337,41 @@ class ForkingRunner(TaskProcesses):
                 if taken is None:
                     queues.remove(queue)
                     empty.append(queue)
-                elif not taken[1]:
+                elif taken[1] == "skipped":
                     logger.warning("queue %s: dropped id %s: %s", queue, printable(taken[0]),
                                    taken[2])
+                elif self._lease != HEARTBEAT_TTL:
+                    self._next_beat = 0.0  # busy now: say so once the task is handed
         return empty
 
-    def _reserve(self, queue: str, token: str, current: float) -> tuple[str, bool, str] | None:
+    def _take(self, queue: str, current: float) -> tuple[str, str, Any] | None:
+        """Reserve the queue's next task and start it in the spare process, in one step, and
+        hand it over (see children.py)."""
+        token = new_token()
+        pid, _ = self._ready_spare()
         try:
-            return self._protocol.reserve(queue, self.listener_id, token)
+            taken = self._protocol.take(queue, self.listener_id, token, pid)
         except (redis.ConnectionError, redis.TimeoutError):
-            self._unsure[token] = (queue, current)  # it may have run all the same
+            self._unsure[token] = (queue, current, pid)  # it may have run all the same
             raise
+        if taken is not None:
+            self._hand_over(queue, token, *taken)
+            if taken[1] == "unstarted":
+                raise redis.ResponseError(taken[2])  # the queue is set aside
+        return taken
 
     def _settle_unsure(self, current: float) -> None:
-        """A reserve whose reply was lost (its connection cut, or Redis stalled past the
-        socket timeout) may have reserved a task all the same, once Redis read the call: the
-        task waits in this listener's reserved list under that call's token, and as this
-        listener lives, no reaper would ever release it. Such a task goes back to its queue,
-        first of its priority (finish.lua's requeue). Looked for once a second, for
+        """A take whose reply was lost (its connection cut, or Redis stalled past the socket
+        timeout) may have reserved and started a task all the same, once Redis read the call:
+        the task waits in this listener's reserved list under that call's token, never handed
+        to its process, and as this listener lives, no reaper would release it before its
+        lease lapsed (and then as a failed run). Such a task goes back to its queue, first of
+        its priority, uncounted (finish.lua's requeue). Looked for once a second, for
         UNSURE_SECONDS."""
         self._next_settle = current + 1.0
-        for token, (queue, sent) in list(self._unsure.items()):
+        for token, (queue, sent, pid) in list(self._unsure.items()):
             for task_id in self._protocol.reserved_under(queue, self.listener_id, token):
-                if self._protocol.finish(queue, task_id, listener_id=self.listener_id, pid="",
+                if self._protocol.finish(queue, task_id, listener_id=self.listener_id, pid=pid,
                                          token=token, outcome="requeue",
                                          value="") == "requeued":
                     logger.warning("listener %s: task %s, reserved by a call whose reply was "

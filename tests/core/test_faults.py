@@ -252,18 +252,19 @@ def test_a_foreign_task_gets_its_queues_policy(client, r, start_runner):
 
 
 
-# -- a reserve whose reply is lost ----------------------------------------------------------------
+# -- a take whose reply is lost -------------------------------------------------------------------
 
 def test_a_task_reserved_by_a_call_whose_reply_was_lost_is_not_stranded(client, r, redis_url,
                                                                         tmp_path, tag):
-    """Redis runs a listener's reserve but its reply never comes back (Redis stopped after
-    reading the call, as the CI soak's SIGSTOP did on 2026-11-25, leaving one task 'reserved'
-    to the end): the listener gives up on the call after redis-py's socket timeout (5 s). The
-    task is in the reserved list of a listener that never got it and that, alive, no reaper
-    releases. The listener looks for the lost call's token and puts the task back; it runs
-    once."""
-    reserve_sha = client.protocol.script("reserve").sha.encode()
-    proxy = ReplyLosingProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]), reserve_sha)
+    """Redis runs a listener's take (reserve and start) but its reply never comes back (Redis
+    stopped after reading the call, as the CI soak's SIGSTOP did on 2026-11-25, leaving one
+    task 'reserved' to the end): the listener gives up on the call after redis-py's socket
+    timeout (5 s). The task is in the reserved list of a listener that never handed it to its
+    process and that, alive, no reaper releases before the task's lease lapses (and then as a
+    failed run). The listener looks for the lost call's token and puts the task back, its
+    attempt uncounted; it runs once."""
+    take_sha = client.protocol.script("take").sha.encode()
+    proxy = ReplyLosingProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]), take_sha)
     runner = Runner(proxy.url, "q", tmp_path, tag, concurrency=1)
     try:
         wait_for(lambda: any("blmove" in c.get("cmd", "") for c in r.client_list()), 20,
@@ -271,10 +272,11 @@ def test_a_task_reserved_by_a_call_whose_reply_was_lost_is_not_stranded(client, 
         proxy.arm()
         task_id = client.get_queue("q").enqueue(job())
         wait_for(proxy.lost.is_set, 10, runner.describe)
-        wait_for(lambda: r.hget(f"blueque_task_{task_id}", "status") == "reserved", 10,
+        wait_for(lambda: r.hget(f"blueque_task_{task_id}", "status") == "started", 10,
                  runner.describe)  # Redis ran the call
         ended_once(client, r, [task_id], runner, timeout=40)
         assert "reply was lost, went back to its queue" in runner.output()
+        assert client.get_task(task_id).attempts == 1
     finally:
         runner.popen.kill()
         runner.wait(10)

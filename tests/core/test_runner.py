@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import select
 import signal
 import socket
 import time
@@ -11,14 +12,16 @@ import time
 import pytest
 import redis
 
-from django_blueque.core import Client, reap
+from django_blueque.core import Client, reap, waiter
 from django_blueque.core import keys as k
 from django_blueque.core.protocol import HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL
 from tests.core.callbacks import RUNS_KEY
 from tests.core.helpers import (
     PersistentRedisServer,
     Runner,
+    calls_delta,
     children_of,
+    command_calls,
     pid_alive,
     requests_received,
     wait_for,
@@ -71,6 +74,30 @@ def test_idle_listener_sends_nothing_between_its_beats_a_minute_apart(client, r,
     assert finished(client, task_id, runner, timeout=10).result == "done:wake up"
     assert r.zscore("blueque_listener_leases_q", runner.listener_id) < time.time() + HEARTBEAT_TTL
     assert r.hget(f"blueque_listener_{runner.listener_id}", "lease") == str(HEARTBEAT_TTL)
+
+
+def test_a_peek_that_times_out_waits_again_without_looking_at_the_queue(client, r,
+                                                                        monkeypatch):
+    """Nothing came for BLOCK_SECONDS: the peek is renewed at once (one BLMOVE), with no take
+    of an empty queue; an element that comes leaves it unarmed for the listener."""
+    monkeypatch.setattr(waiter, "BLOCK_SECONDS", 1)
+    peeks = waiter.PendingWaiter(client, "q")
+    try:
+        peeks.arm()
+        before = command_calls(r)
+        for peek in peeks.peeks:
+            assert select.select([peek], [], [], 3)[0] == [peek]  # timed out: a nil reply
+            peek.settle()
+            assert peek.armed
+        # the two that timed out (Redis counts a command once it returns: not the renewed two)
+        assert calls_delta(before, command_calls(r)) == {"blmove": 2}
+        client.get_queue("q").enqueue("wakes it")
+        pending = peeks.peeks[0]
+        assert select.select([pending], [], [], 3)[0] == [pending]
+        pending.settle()
+        assert not peeks.armed
+    finally:
+        peeks.close()
 
 
 def test_runner_registers_under_a_unique_id_of_blueque1s_shape(r, start_runner):

@@ -1,0 +1,29 @@
+-- take: the runner's reserve and start in one step. Its task process is forked ahead (its pid
+-- is known before the task is), so the task it reserves is started with that pid at once: one
+-- round trip from the listener's wake-up to the hand-over, where reserve then start cost two.
+-- What Redis holds after it is exactly what reserve then start leave.
+-- KEYS[1..6] and ARGV[1..6] as reserve_next's (reserve.lib); then KEYS[7] started set,
+-- KEYS[8] failed list, KEYS[9] lease index, KEYS[10] unique hash, KEYS[11] error types
+-- ARGV[7] lease key prefix, ARGV[8] pid, ARGV[9] lease ttl (ms), ARGV[10] failed-by-type key
+-- prefix
+-- Returns reserve_next's false or {id, 'skipped', why}, {id, 'ok', start_reserved's reply}
+-- (the task's fields, 0 or -1), or {id, 'unstarted', why} when start_reserved refused a key of
+-- the wrong type: the task is then reserved, not started (the caller puts it back).
+--#include common.lib
+--#include reserve.lib
+--#include start.lib
+local found = reserve_next({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]},
+                           {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
+if not found or found[2] ~= 'ok' then
+  return found
+end
+local id = found[1]
+-- the started member's shape is Keys.started_member's: "<listener> <pid> <id>"
+local started = start_reserved(
+  {ARGV[1] .. id, KEYS[7], ARGV[7] .. id, KEYS[2], KEYS[8], KEYS[9], KEYS[10], KEYS[11]},
+  {id, ARGV[2] .. ' ' .. ARGV[8] .. ' ' .. id, ARGV[8], ARGV[4], ARGV[3], ARGV[9], ARGV[2],
+   ARGV[10]})
+if type(started) == 'table' and started.err then
+  return {id, 'unstarted', started.err}
+end
+return {id, 'ok', started}
