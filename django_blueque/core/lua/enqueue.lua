@@ -8,12 +8,14 @@
 -- nothing is written and the holder's id is returned; a higher priority raises the holder's
 -- (seed 002's rule; a holder deep in a long pending list keeps its place, see unlist).
 -- KEYS[1] queues zset, KEYS[2..5] the queue's waiting keys (Keys.waiting), KEYS[6] scheduled
--- set, KEYS[7] due index, KEYS[8] unique hash
+-- set, KEYS[7] due index, KEYS[8] unique hash; KEYS[3..8] may be left out when there are no
+-- extension fields (only a priority, an eta or a unique key reads them)
 -- ARGV[1] queue, ARGV[2] task key prefix, ARGV[3] status ('pending', or 'scheduled' with an
 -- 'eta' field), ARGV[4] now, ARGV[5] window (see unlist), ARGV[6] number of extension field
 -- pairs n, then the n pairs, then (task id, parameters) per task
--- Returns {holder id or '', 1 or 0 (0: the due index holds the wrong type; the task is
--- written and the sweep indexes it)}.
+-- Returns '' (written), the holder's id (nothing written), or nil (written, but the due index
+-- holds the wrong type: the sweep indexes the task). One value: an array costs the client more
+-- to read.
 --#include common.lib
 --#include admin.lib
 local queue, prefix, status, now, window = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -70,7 +72,7 @@ if unique then
   local id, held = holder_of(unique)
   if id then
     raise_priority(id, held, extra['priority'])
-    return {id, 1}
+    return id
   end
 end
 for i = first, #ARGV, 2 do
@@ -93,8 +95,8 @@ end
 redis.call('ZINCRBY', KEYS[1], 0, queue)
 if eta then
   if not usable(KEYS[7], 'zset') then
-    return {'', 0}
+    return false
   end
   redis.call('ZADD', KEYS[7], 'LT', eta, queue)
 end
-return {'', 1}
+return ''
