@@ -1,4 +1,5 @@
-"""The listener's task processes: forked ahead of need (a spare), handed a task through a pipe,
+"""The listener's task processes: forked ahead of need (a spare), each given a task as it takes
+it (reserved and started with the process's pid in one script) and handed it through a pipe,
 watched until they exit, stopped on a timeout or a cancellation (SIGTERM, then SIGKILL), and the
 end of one that died without reporting recorded for it. A mixin of ForkingRunner (runner.py),
 whose state (children, spare, backlog, policy) it shares."""
@@ -19,6 +20,7 @@ import redis
 
 from . import keys as k
 from .outages import is_transient
+from .protocol import new_token
 from .task_process import TaskProcess, encode_result
 from .values import error_code, error_fields, positive_seconds
 
@@ -30,6 +32,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_blueque.listener")
 task_logger = logging.getLogger("django_blueque.task")
+
+UNSURE_SECONDS = 60.0
+"""How long the token of a take whose reply was lost is looked for in the reserved lists
+(see _settle_unsure): Redis runs such a call whenever it reads it, as late as it resumes."""
 
 
 class Child:
@@ -64,6 +70,8 @@ class TaskProcesses:
         kill_grace: float
         _backlog: list[Callable[[], object]]
         _spare: tuple[int, int] | None
+        _unsure: dict[str, tuple[str, float, int]]
+        _next_settle: float
 
         def _accepting(self) -> bool: ...
         def _forget_wakeup(self) -> None: ...
@@ -109,6 +117,42 @@ class TaskProcesses:
             process.main(read_end, parent)  # never returns
         os.close(read_end)
         return pid, write_end
+
+    def _take(self, queue: str, current: float) -> tuple[str, str, Any] | None:
+        """Reserve the queue's next task and start it in the spare process, in one step, and
+        hand it over (see children.py)."""
+        token = new_token()
+        pid, _ = self._ready_spare()
+        try:
+            taken = self._protocol.take(queue, self.listener_id, token, pid)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self._unsure[token] = (queue, current, pid)  # it may have run all the same
+            raise
+        if taken is not None:
+            self._hand_over(queue, token, *taken)
+            if taken[1] == "unstarted":
+                raise redis.ResponseError(taken[2])  # the queue is set aside
+        return taken
+
+    def _settle_unsure(self, current: float) -> None:
+        """A take whose reply was lost (its connection cut, or Redis stalled past the socket
+        timeout) may have reserved and started a task all the same, once Redis read the call:
+        the task waits in this listener's reserved list under that call's token, never handed
+        to its process, and as this listener lives, no reaper would release it before its
+        lease lapsed (and then as a failed run). Such a task goes back to its queue, first of
+        its priority, uncounted (finish.lua's requeue). Looked for once a second, for
+        UNSURE_SECONDS."""
+        self._next_settle = current + 1.0
+        for token, (queue, sent, pid) in list(self._unsure.items()):
+            for task_id in self._protocol.reserved_under(queue, self.listener_id, token):
+                if self._protocol.finish(queue, task_id, listener_id=self.listener_id, pid=pid,
+                                         token=token, outcome="requeue",
+                                         value="") == "requeued":
+                    logger.warning("listener %s: task %s, reserved by a call whose reply was "
+                                   "lost, went back to its queue", self.listener_id,
+                                   printable(task_id))
+            if current - sent > UNSURE_SECONDS:
+                del self._unsure[token]
 
     def _ready_spare(self) -> tuple[int, int]:
         """The spare task process, forked now if there is none (or it died): the task is

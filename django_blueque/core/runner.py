@@ -44,7 +44,7 @@ from . import keys as k
 from .children import TaskProcesses, printable
 from .orphans import recover_local_orphans
 from .outages import Outage, is_transient
-from .protocol import HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL, new_token
+from .protocol import HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL
 from .waiter import PendingWaiter
 
 if TYPE_CHECKING:
@@ -56,11 +56,6 @@ logger = logging.getLogger("django_blueque.listener")
 
 QUARANTINE_SECONDS = 10.0
 """How long a queue whose keys hold data of the wrong type is left alone before another try."""
-
-UNSURE_SECONDS = 60.0
-"""How long the token of a take whose reply was lost is looked for in the reserved lists
-(see _settle_unsure): Redis runs such a call whenever it reads it, as late as it resumes."""
-
 
 class ForkingRunner(TaskProcesses):
     """blueque 1.0's ``ForkingRunner(client, queue, callback).run()``, extended.
@@ -343,42 +338,6 @@ class ForkingRunner(TaskProcesses):
                 elif self._lease != HEARTBEAT_TTL:
                     self._next_beat = 0.0  # busy now: say so once the task is handed
         return empty
-
-    def _take(self, queue: str, current: float) -> tuple[str, str, Any] | None:
-        """Reserve the queue's next task and start it in the spare process, in one step, and
-        hand it over (see children.py)."""
-        token = new_token()
-        pid, _ = self._ready_spare()
-        try:
-            taken = self._protocol.take(queue, self.listener_id, token, pid)
-        except (redis.ConnectionError, redis.TimeoutError):
-            self._unsure[token] = (queue, current, pid)  # it may have run all the same
-            raise
-        if taken is not None:
-            self._hand_over(queue, token, *taken)
-            if taken[1] == "unstarted":
-                raise redis.ResponseError(taken[2])  # the queue is set aside
-        return taken
-
-    def _settle_unsure(self, current: float) -> None:
-        """A take whose reply was lost (its connection cut, or Redis stalled past the socket
-        timeout) may have reserved and started a task all the same, once Redis read the call:
-        the task waits in this listener's reserved list under that call's token, never handed
-        to its process, and as this listener lives, no reaper would release it before its
-        lease lapsed (and then as a failed run). Such a task goes back to its queue, first of
-        its priority, uncounted (finish.lua's requeue). Looked for once a second, for
-        UNSURE_SECONDS."""
-        self._next_settle = current + 1.0
-        for token, (queue, sent, pid) in list(self._unsure.items()):
-            for task_id in self._protocol.reserved_under(queue, self.listener_id, token):
-                if self._protocol.finish(queue, task_id, listener_id=self.listener_id, pid=pid,
-                                         token=token, outcome="requeue",
-                                         value="") == "requeued":
-                    logger.warning("listener %s: task %s, reserved by a call whose reply was "
-                                   "lost, went back to its queue", self.listener_id,
-                                   printable(task_id))
-            if current - sent > UNSURE_SECONDS:
-                del self._unsure[token]
 
     # -- signals ------------------------------------------------------------------------------
 
