@@ -10,7 +10,9 @@ tasks are enqueued one at a time, 0.1 s apart (each has ended long before the ne
 stages of one task never overlap another's. The floors are measured in this process with the
 same interpreter and the engine imported: a Redis round trip (PING), one engine script call
 (the scripts' own cost), a fork whose child exits at once (fork, exit, waitpid), and a forked
-child's first command on a new connection. Medians, in milliseconds.
+child's first command on a new connection. Medians, in milliseconds. Last, the CPU each
+process spends per task while a listener drains a queue (a plain one, nothing wrapped): on a
+machine of few cores, what bounds the drain rate.
 """
 
 import argparse
@@ -61,7 +63,7 @@ def listen(url, path):
     """The listener, its engine methods wrapped (run in a child process of the harness)."""
     global LOG
     LOG = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    waiter.PendingWaiter.settle = timed("woken", waiter.PendingWaiter.settle)
+    waiter.Peek.settle = timed("woken", waiter.Peek.settle)
     for name in ("take", "finish"):
         setattr(Protocol, name, timed(name, getattr(Protocol, name)))
     children.TaskProcesses._spawn = timed("fork_spare", children.TaskProcesses._spawn)
@@ -146,13 +148,54 @@ def floors(url, rounds=300):
             "a forked child's first command (new connection)": first_command}
 
 
+def listen_plainly(url):
+    """A listener with nothing wrapped, for the drain's CPU account."""
+    runner.ForkingRunner(Client(url), QUEUE, lambda task: "", concurrency=1).run()
+
+
+def cpu_seconds(pid):
+    """A process's user and system CPU seconds, and those of its children it reaped."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return [int(value) / tick for value in fields[11:15]]  # utime stime cutime cstime
+
+
+def drain_cpu(url, tasks):
+    """CPU milliseconds per no-op task while one listener (concurrency 1) drains ``tasks``
+    queued at once: the listener's, its task processes' (reaped), Redis's; and the rate."""
+    client = Client(url)
+
+    def redis_cpu():
+        info = client.redis.info("cpu")
+        return info["used_cpu_sys"] + info["used_cpu_user"]
+
+    with child([sys.executable, __file__, "--", url], cwd=str(HERE.parent)) as listener:
+        time.sleep(2)
+        complete = client.keys.complete(QUEUE)
+        done = client.redis.llen(complete) + tasks
+        before, redis_before, began = cpu_seconds(listener.pid), redis_cpu(), time.monotonic()
+        client.get_queue(QUEUE).enqueue_many([str(n) for n in range(tasks)])
+        while client.redis.llen(complete) < done:
+            time.sleep(0.01)
+        elapsed = time.monotonic() - began
+        time.sleep(0.5)  # the last task process reaped
+        after, redis_after = cpu_seconds(listener.pid), redis_cpu()
+    spent = [(b - a) * 1000 / tasks for a, b in zip(before, after, strict=True)]
+    return {"listener": spent[0] + spent[1], "task processes": spent[2] + spent[3],
+            "redis-server": (redis_after - redis_before) * 1000 / tasks,
+            "rate": tasks / elapsed}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=300)
     parser.add_argument("listen", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.listen:
+    if len(args.listen) == 2:
         listen(*args.listen)
+        return 0
+    if len(args.listen) == 1:
+        listen_plainly(*args.listen)
         return 0
     with tempfile.TemporaryDirectory() as workdir, private_redis(workdir) as url:
         path = os.path.join(workdir, "events")
@@ -175,6 +218,14 @@ def main(argv=None):
         print("floors (median ms):")
         for name, samples in floors(url).items():
             print(f"  {statistics.median(samples):7.3f}  {name}")
+        drain = drain_cpu(url, args.tasks)
+        print(f"CPU per task while one listener drains {args.tasks} queued no-op tasks "
+              f"({drain.pop('rate'):.0f} tasks/s; ms):")
+        for name, spent in drain.items():
+            print(f"  {spent:7.3f}  {name}")
+        print(f"  {sum(drain.values()):7.3f}  in all: on this machine's "
+              f"{os.cpu_count()} cores, at most {os.cpu_count() * 1000 / sum(drain.values()):.0f} "
+              "tasks/s")
     return 0
 
 
