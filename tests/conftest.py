@@ -2,6 +2,7 @@ import pytest
 import redis
 
 from django_blueque.core.context import set_current_task
+from tests.redis_cluster import LocalCluster
 from tests.redis_server import RedisServer, external_url
 
 
@@ -23,6 +24,15 @@ def redis_server():
     server = RedisServer().start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster():
+    """One private 3-master Redis Cluster for the session's cluster-mode tests (started by the
+    first that asks for it; each test uses queues of its own or empties it)."""
+    cluster = LocalCluster(3).start()
+    yield cluster
+    cluster.close()
 
 
 @pytest.fixture
