@@ -129,7 +129,7 @@ def requeue_listener(queue, listener_id, user):
     released = client.protocol.release_listener(listener_id, queue)
     if released is None:
         return None
-    client.protocol.forget_listener(listener_id)
+    client.protocol.forget_listener(listener_id, [queue])
     logger.info("%s: released listener %s of queue %s, requeued %d task(s): %s",
                 user.get_username(), listener_id, queue, len(released[0]),
                 " ".join(released[0]))

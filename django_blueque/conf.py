@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {  # the BLUEQUE setting's keys (its values: see prob
     "SENTINELS": None,
     "SERVICE_NAME": None,
     "SENTINEL_OPTIONS": {},
+    "CLUSTER": False,
     "PREFIX": DEFAULT_PREFIX,
     "RETRIES": 0,
     "BACKOFF": 20,
@@ -189,6 +190,7 @@ def problems(raw: object = None) -> list[Problem]:
         found.append(Problem("blueque.E015", f"BLUEQUE['WAIT_TIMEOUT'] must be a number of "
                              f"seconds > 0, not {raw['WAIT_TIMEOUT']!r}.", "Leave it out for "
                              f"the default, {DEFAULTS['WAIT_TIMEOUT']}."))
+    found += _cluster_problems(raw)
     token = raw.get("METRICS_TOKEN")
     if token is not None and (not isinstance(token, str) or len(token) < 16):
         found.append(Problem("blueque.E014", "BLUEQUE['METRICS_TOKEN'] must be a string of at "
@@ -205,6 +207,29 @@ def problems(raw: object = None) -> list[Problem]:
     return found
 
 
+def _cluster_problems(raw: dict[str, Any]) -> list[Problem]:
+    """CLUSTER: a bool; True only with a URL (a node of the cluster), no WAIT_REPLICAS, and
+    queue names without braces."""
+    cluster = raw.get("CLUSTER", False)
+    if not isinstance(cluster, bool):
+        return [Problem("blueque.E017", "BLUEQUE['CLUSTER'] must be True or False.",
+                        "Set it True when URL names a node of a Redis Cluster.")]
+    if cluster and (raw.get("CACHE") or raw.get("SENTINELS")):
+        return [Problem("blueque.E017", "BLUEQUE['CLUSTER'] needs a URL, not CACHE or "
+                        "SENTINELS.", "Give the URL of any node of the cluster, e.g. "
+                        "'redis://node-1:7000/0'.")]
+    if cluster and raw.get("WAIT_REPLICAS"):
+        return [Problem("blueque.E017", "BLUEQUE['WAIT_REPLICAS'] is not available with "
+                        "CLUSTER.", "Leave WAIT_REPLICAS out, or at 0.")]
+    braced = [name for name in raw.get("QUEUES") or {} if isinstance(name, str) and (
+        "{" in name or "}" in name)]
+    if cluster and braced:
+        return [Problem("blueque.E017", f"BLUEQUE['QUEUES'] names {braced[0]!r}: with CLUSTER "
+                        "a queue name is a hash tag, and cannot hold braces.",
+                        "Rename the queue.")]
+    return []
+
+
 @dataclass(frozen=True)
 class Settings:
     """The validated setting. Policy values are seconds (None: no limit / keep forever)."""
@@ -215,6 +240,7 @@ class Settings:
     sentinels: list[tuple[str, int]] | None
     service_name: str | None
     sentinel_options: dict[str, Any]
+    cluster: bool
     prefix: str
     retries: int
     backoff: float
@@ -250,7 +276,8 @@ def get_settings() -> Settings:
     return Settings(
         url=raw["URL"], cache=raw["CACHE"], options=dict(raw["OPTIONS"]),
         sentinels=raw["SENTINELS"], service_name=raw["SERVICE_NAME"],
-        sentinel_options=dict(raw["SENTINEL_OPTIONS"]), prefix=raw["PREFIX"],
+        sentinel_options=dict(raw["SENTINEL_OPTIONS"]), cluster=raw["CLUSTER"],
+        prefix=raw["PREFIX"],
         retries=raw["RETRIES"], backoff=raw["BACKOFF"], timeout=raw["TIMEOUT"],
         retention=raw["RETENTION"], queues=dict(raw["QUEUES"]), eager=raw["EAGER"],
         concurrency=raw["CONCURRENCY"], kill_grace=raw["KILL_GRACE"],
@@ -283,6 +310,8 @@ def get_client() -> Client:
         return Client(redis_client=sentinel_redis(conf.sentinels, service_name,
                                                   conf.sentinel_options, **conf.options),
                       prefix=conf.prefix, **acknowledgement)
+    if conf.cluster:
+        return Client(conf.url, prefix=conf.prefix, cluster=True, **conf.options)
     return Client(conf.url, prefix=conf.prefix, **acknowledgement, **conf.options)
 
 

@@ -213,7 +213,7 @@ class BluequeTask(Generic[P, R]):
     def _write(self, parameters: str, write: Callable[[str], str]) -> str:
         """``write(new id)`` the task; signal it unless a unique task of the same key was
         waiting already (its id is returned and nothing was written)."""
-        new_id = str(uuid.uuid4())
+        new_id = get_client().keys.new_task_id(self.queue)
         task_id = write(new_id)
         if task_id == new_id:
             signals.task_enqueued.send(self, task_id=task_id, arguments=parameters)
@@ -226,7 +226,8 @@ class BluequeTask(Generic[P, R]):
             raise ValueError(f"{self.name}: a unique task cannot be enqueued on commit (its id "
                              "is only known once its key is checked): call enqueue() then")
         parameters = self.encode(args, kwargs)
-        task_id = str(uuid.uuid4())
+        task_id = (str(uuid.uuid4()) if get_settings().eager
+                   else get_client().keys.new_task_id(self.queue))
 
         def write() -> None:
             if get_settings().eager:

@@ -18,8 +18,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from . import keys as k
+from .cluster import ClusterProtocol, cluster_redis
 from .connections import AcknowledgedProtocol, engine_twin, url_redis
 from .context import RunningTask, current_task, set_current_task
 from .maintenance import process_running
@@ -108,19 +110,29 @@ class Client:
     ``Client(url)`` as in blueque 1.0, or ``Client(redis_client=an_existing_client)``, whose
     server and options are used through a pool of the engine's own (see connections.py: every
     connection follows a primary that moved). ``wait_replicas``: a task's start and end count
-    once that many replicas acknowledged them (within ``wait_timeout`` seconds).
+    once that many replicas acknowledged them (within ``wait_timeout`` seconds). ``cluster``:
+    ``url`` names a node of a Redis Cluster, and keys are in cluster mode (see keys.py); a
+    ``redis_client`` that is a RedisCluster implies it.
     """
 
-    def __init__(self, url: str | None = None, *, redis_client: redis.Redis | None = None,
+    def __init__(self, url: str | None = None, *,
+                 redis_client: redis.Redis | RedisCluster | None = None,
                  prefix: str = k.DEFAULT_PREFIX, wait_replicas: int = 0,
-                 wait_timeout: float = 1.0, **kwargs: Any) -> None:
+                 wait_timeout: float = 1.0, cluster: bool = False, **kwargs: Any) -> None:
         if redis_client is None:
-            redis_client = url_redis(url or "redis://localhost:6379/0", **kwargs)
+            redis_client = (cluster_redis if cluster else url_redis)(
+                url or "redis://localhost:6379/0", **kwargs)
         else:
             redis_client = engine_twin(redis_client)
         self.redis = redis_client
-        self.protocol = (AcknowledgedProtocol(redis_client, prefix, wait_replicas, wait_timeout)
-                         if wait_replicas else Protocol(redis_client, prefix))
+        if isinstance(redis_client, RedisCluster):
+            if wait_replicas:
+                raise ValueError("wait_replicas is not available in cluster mode")
+            self.protocol: Protocol = ClusterProtocol(redis_client, prefix)
+        else:
+            self.protocol = (
+                AcknowledgedProtocol(redis_client, prefix, wait_replicas, wait_timeout)
+                if wait_replicas else Protocol(redis_client, prefix))
         self.keys = self.protocol.keys
 
     def get_queue(self, name: str) -> Queue:
@@ -270,7 +282,7 @@ class Listener:
             claimed = self._protocol.claim_orphan(listener_id, self.queue, self.id)
             if claimed is None:
                 continue  # another listener claimed it first
-            self._protocol.forget_listener(listener_id)
+            self._protocol.forget_listener(listener_id, [self.queue])
             task_id, requeued = claimed
             if requeued:
                 logger.info("listener %s: requeued %d task(s) of dead listener %s", self.id,
@@ -284,7 +296,7 @@ class Listener:
         with self._beating:
             self._stopped.set()
         self._protocol.release_listener(self.id, self.queue, own=True)
-        self._protocol.forget_listener(self.id)
+        self._protocol.forget_listener(self.id, [self.queue])
 
 
 def _keep_beating(listener_ref: weakref.ref[Listener], stopped: threading.Event) -> None:

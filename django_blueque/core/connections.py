@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 import redis.sentinel
+from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import AbstractConnection
 from redis.exceptions import ReadOnlyError, ResponseError
 
@@ -52,7 +53,7 @@ class PrimaryMoved(redis.ConnectionError):
     of the pool was dropped, and the next command reconnects to the primary."""
 
 
-def engine_options():
+def engine_options() -> dict[str, Any]:
     """Connection options of every engine client: strings, not bytes, with invalid UTF-8
     from a foreign producer replaced rather than raised (it must never crash a listener or a
     page); and the driver name computed once, since redis-py 7+ otherwise looks its own
@@ -206,10 +207,24 @@ def url_redis(url: str, **options: Any) -> redis.Redis:
     return redis.Redis(connection_pool=pool)
 
 
-def engine_twin(redis_client: redis.Redis) -> redis.Redis:
+_CLUSTER_OPTIONS = ("username", "password", "credential_provider", "client_name",
+                    "socket_timeout", "socket_connect_timeout", "socket_keepalive",
+                    "socket_keepalive_options", "retry_on_timeout", "max_connections",
+                    "protocol")
+"""What engine_twin copies of a RedisCluster's options (the rest is the cluster client's own
+per-node wiring, which it refuses to be given)."""
+
+
+def engine_twin(redis_client: redis.Redis | RedisCluster) -> redis.Redis | RedisCluster:
     """A client on the same server and options as ``redis_client`` with the engine's options
     and failover handling, and its own pool (the original's users, e.g. a cache, keep getting
     bytes)."""
+    if isinstance(redis_client, RedisCluster):
+        given = redis_client.nodes_manager.connection_kwargs
+        return RedisCluster(startup_nodes=[
+            ClusterNode(node.host, node.port) for node in redis_client.get_primaries()],
+            **{name: value for name, value in given.items()
+               if name in _CLUSTER_OPTIONS or name.startswith("ssl")}, **engine_options())
     pool = redis_client.connection_pool
     options = dict(pool.connection_kwargs, **engine_options())
     if isinstance(pool, redis.sentinel.SentinelConnectionPool):

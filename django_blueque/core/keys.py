@@ -3,11 +3,20 @@
 Keys are their parts joined with ``_`` after the prefix (``blueque``), exactly as blueque 1.0
 builds them. Nothing else in the package builds a key string. The extension keys (heartbeat,
 lease, cancel requests, listener info) are additions: a blueque 1.0 reader never looks at them.
+
+Cluster mode (``Keys(cluster=True)``, for Redis Cluster) puts every key of one queue in one hash
+slot, so that each step stays one script on one node: the queue's name is written as a hash
+tag (``blueque_pending_tasks_{q}``), task ids end with their queue's tag (``<uuid>{q}``), and
+each index shared by every queue (due, lease and listener expiries...) is kept per queue, in
+the queue's slot. Only the queues set, listener info hashes and the reaper's clock stay single
+keys, written apart from the scripts. blueque 1.0 cannot read these names.
 """
 
 import re
 import secrets
 import socket
+import uuid
+from collections.abc import Callable
 
 DEFAULT_PREFIX = "blueque"
 
@@ -120,36 +129,86 @@ def parse_started_member(member: str) -> tuple[str, int, str] | None:
 
 
 class Keys:
-    """Key names for one prefix."""
+    """Key names for one prefix, in blueque 1.0's layout or (``cluster``) in cluster mode."""
 
-    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(self, prefix: str = DEFAULT_PREFIX, cluster: bool = False) -> None:
         self.prefix = prefix
+        self.cluster = cluster
 
     def _key(self, *parts: str) -> str:
         return "_".join((self.prefix,) + parts)
 
+    def _q(self, queue: str) -> str:
+        """A queue's name as a key part: in cluster mode its hash tag, ``{queue}``."""
+        return "{" + queue + "}" if self.cluster else queue
+
+    def _shared(self, name: str, queue: str) -> str:
+        """An index shared by every queue; in cluster mode one per queue, in its slot."""
+        return self._key(name, self._q(queue)) if self.cluster else self._key(name)
+
+    def around(self, queue_key: Callable[[str], str]) -> tuple[str, str]:
+        """``(before, after)`` such that ``before + queue + after`` is ``queue_key(queue)``:
+        what a script joins to the queue names it reads from an index."""
+        before, _, after = queue_key("\0").partition("\0")
+        return before, after
+
+    def check_queue(self, queue: str) -> None:
+        """Raise ValueError for a queue name that cannot be a hash tag (cluster mode)."""
+        if self.cluster and ("{" in queue or "}" in queue):
+            raise ValueError(f"invalid queue name {queue!r}: in cluster mode a queue name is "
+                             f"a hash tag, and cannot hold braces")
+
+    def new_task_id(self, queue: str) -> str:
+        """A uuid4 string, as blueque 1.0 makes; in cluster mode followed by the queue's tag,
+        so that the task's keys share its queue's slot."""
+        task_id = str(uuid.uuid4())
+        return task_id + self._q(queue) if self.cluster else task_id
+
+    def check_task_id(self, queue: str, task_id: str) -> None:
+        """Raise ValueError for a task id given by a caller that cannot live in ``queue``
+        (cluster mode: it must end with the queue's tag)."""
+        if self.cluster and not task_id.endswith(self._q(queue)):
+            raise ValueError(f"task id {task_id!r} cannot join queue {queue!r}: in cluster "
+                             f"mode a task id ends with its queue's hash tag, {self._q(queue)}")
+
+    def queue_of(self, task_id: str) -> str:
+        """The queue a cluster-mode task id names ('' in blueque 1.0's layout, where nothing
+        depends on it)."""
+        start = task_id.find("{")
+        if not self.cluster or start < 0 or not task_id.endswith("}"):
+            return ""
+        return task_id[start + 1:-1]
+
     # blueque 1.0 keys
     @property
     def queues(self) -> str:
+        """ZSET: every queue's name, scored by its listeners in blueque 1.0's layout. In cluster
+        mode, written apart from the scripts: score 0, or 1 once a listener registered (the
+        count is in queues_in_slot)."""
         return self._key("queues")
 
+    def queues_in_slot(self, queue: str) -> str:
+        """The queues set as a script that counts a queue's listeners sees it: the queues set
+        itself, or in cluster mode a set of that queue alone, in its slot."""
+        return self._shared("queues", queue)
+
     def pending(self, queue: str) -> str:
-        return self._key("pending_tasks", queue)
+        return self._key("pending_tasks", self._q(queue))
 
     def scheduled(self, queue: str) -> str:
-        return self._key("scheduled_tasks", queue)
+        return self._key("scheduled_tasks", self._q(queue))
 
     def reserved(self, queue: str, listener_id: str) -> str:
-        return self._key("reserved_tasks", queue, listener_id)
+        return self._key("reserved_tasks", self._q(queue), listener_id)
 
     def started(self, queue: str) -> str:
-        return self._key("started_tasks", queue)
+        return self._key("started_tasks", self._q(queue))
 
     def complete(self, queue: str) -> str:
-        return self._key("complete_tasks", queue)
+        return self._key("complete_tasks", self._q(queue))
 
     def failed(self, queue: str) -> str:
-        return self._key("failed_tasks", queue)
+        return self._key("failed_tasks", self._q(queue))
 
     def finished(self, queue: str, status: str) -> str:
         return self.complete(queue) if status == COMPLETE else self.failed(queue)
@@ -160,7 +219,7 @@ class Keys:
         return self.pending(queue) if state == PENDING else self.finished(queue, state)
 
     def listeners(self, queue: str) -> str:
-        return self._key("listeners", queue)
+        return self._key("listeners", self._q(queue))
 
     def task(self, task_id: str) -> str:
         return self._key("task", task_id)
@@ -170,35 +229,35 @@ class Keys:
         """ZSET: the pending tasks with a priority, scored so that ZRANGE order is the order
         of taking (common.lib's make_pending). blueque 1.0 never reads it: tasks without a
         priority stay in the pending list, where 1.0 puts them."""
-        return self._key("prioritized", queue)
+        return self._key("prioritized", self._q(queue))
 
     def unique(self, queue: str) -> str:
         """HASH: unique key -> id of the task holding it, while it waits (or runs, with
         ``unique_until`` 'end'). An entry whose task no longer holds it is free (enqueue.lua
         checks the task), so a task deleted or run by blueque 1.0 never blocks its key."""
-        return self._key("unique", queue)
+        return self._key("unique", self._q(queue))
 
     def failed_of_type(self, queue: str, error_type: str) -> str:
         """ZSET index: the failed tasks of a queue whose ``error_type`` is this one -> time
         they failed; what the failed list's filter by error type pages through. Kept by the
         scripts that fail a task or take it out of the failed list (common.lib's
         index_failure); a task that blueque 1.0 failed is not in it."""
-        return self._key("failed_of_type", f"{queue} {error_type}")
+        return self._key("failed_of_type", f"{self._q(queue)} {error_type}")
 
     def error_types(self, queue: str) -> str:
         """ZSET index: each error type with a ``failed_of_type`` index -> time of its newest
         failure (the filter's choices, most recent first)."""
-        return self._key("error_types", queue)
+        return self._key("error_types", self._q(queue))
 
     def priority_sequence(self, queue: str) -> str:
         """STRING: a counter that orders the prioritized tasks of one priority (first in,
         first out)."""
-        return self._key("priority_sequence", queue)
+        return self._key("priority_sequence", self._q(queue))
 
     def priority_wake(self, queue: str) -> str:
         """LIST holding one element while ``prioritized`` has tasks: what a listener's
         blocking peek waits on (a sorted set cannot be peeked at without taking)."""
-        return self._key("priority_wake", queue)
+        return self._key("priority_wake", self._q(queue))
 
     def waiting(self, queue: str) -> list[str]:
         """The keys where a queue's pending tasks wait, in the order the scripts take them:
@@ -209,14 +268,17 @@ class Keys:
     def listener_leases(self, queue: str) -> str:
         """ZSET: listener id -> time its heartbeat expires. Only our listeners are in it, so a
         listener of the listeners set that is absent here is a blueque 1.0 listener."""
-        return self._key("listener_leases", queue)
+        return self._key("listener_leases", self._q(queue))
 
     def listener_info(self, listener_id: str) -> str:
         """HASH describing a live listener of ours: host, pid, queues, concurrency, beat."""
         return self._key("listener", listener_id)
 
-    def cancels(self, listener_id: str) -> str:
-        """SET of task ids whose cancellation the listener has still to carry out."""
+    def cancels(self, listener_id: str, queue: str) -> str:
+        """SET of task ids whose cancellation the listener has still to carry out: one per
+        listener, or in cluster mode one per listener and queue (in the queue's slot)."""
+        if self.cluster:
+            return self._key("cancels", self._q(queue), listener_id)
         return self._key("cancels", listener_id)
 
     def lease(self, task_id: str) -> str:
@@ -225,31 +287,27 @@ class Keys:
 
     def periodic(self, name: str) -> str:
         """STRING: the last due time a periodic task was enqueued for (exactly-once guard)."""
-        return self._key("periodic", name)
+        return self._key("periodic", self._q(name))
 
-    @property
-    def due_queues(self) -> str:
+    def due_queues(self, queue: str) -> str:
         """ZSET index: queue -> earliest eta of the scheduled tasks we wrote (never later than
         the true earliest), so that a scheduler pass reads only the queues that are due."""
-        return self._key("due_queues")
+        return self._shared("due_queues", queue)
 
-    @property
-    def lease_expiries(self) -> str:
+    def lease_expiries(self, queue: str) -> str:
         """ZSET index: task id -> when its lease lapses (Redis's clock), kept by start,
         renew_lease and finish, so that a reaper pass reads only lapsed leases."""
-        return self._key("lease_expiries")
+        return self._shared("lease_expiries", queue)
 
-    @property
-    def listener_expiries(self) -> str:
+    def listener_expiries(self, queue: str) -> str:
         """ZSET index: ``"<queue> <listener id>"`` -> when its heartbeat lapses, kept by
         heartbeat, reserve and release_listener (queue names hold no space)."""
-        return self._key("listener_expiries")
+        return self._shared("listener_expiries", queue)
 
-    @property
-    def expiring_queues(self) -> str:
+    def expiring_queues(self, queue: str) -> str:
         """ZSET index: queue -> earliest ``expires`` of its finished tasks we know of, so that
         expiry reads only queues with something to delete."""
-        return self._key("expiring_queues")
+        return self._shared("expiring_queues", queue)
 
     @property
     def reaper_clock(self) -> str:
@@ -258,19 +316,24 @@ class Keys:
         return self._key("reaper_clock")
 
     def bulk_job(self, job_id: str) -> str:
-        """HASH: progress of a bulk action (retry all, delete all) run in batches."""
+        """HASH: progress of a bulk action (retry all, delete all) run in batches. A job id is
+        ``<action>_<state>_<queue>`` (see bulk_job_id)."""
+        if self.cluster:
+            action, state, queue = job_id.split("_", 2)
+            return self._key("bulk", action, state, self._q(queue))
         return self._key("bulk", job_id)
 
-    @property
-    def bulk_running(self) -> str:
+    def bulk_running(self, queue: str) -> str:
         """SET of the ids of the running bulk jobs, so that the reaper's loop finds them
         without reading a key per queue. (A job id is never 'running': see bulk_job_id.)"""
+        if self.cluster:
+            return self._key("bulk", "running", self._q(queue))
         return self._key("bulk", "running")
 
     def throughput(self, queue: str, hour: int) -> str:
         """HASH of a queue's ends in one hour (Unix time // 3600): '<minute>:complete' and
         '<minute>:failed' -> count; one HINCRBY per end, expiring after THROUGHPUT_KEEP."""
-        return self._key("throughput", queue, str(hour))
+        return self._key("throughput", self._q(queue), str(hour))
 
     def started_member(self, listener_id: str, pid: int | str, task_id: str) -> str:
         return " ".join((listener_id, str(pid), task_id))

@@ -225,7 +225,7 @@ class Reaper:
         released = client.protocol.release_listener(listener_id, queue)
         if released is None:
             return []  # another reaper got there first
-        client.protocol.forget_listener(listener_id)
+        client.protocol.forget_listener(listener_id, [queue])
         requeued, _started = released  # started ones are left to the lease sweep
         return [Action(queue, "released listener", why, listener_id=listener_id)] + [
             Action(queue, "requeued", f"reserved by dead listener {listener_id}, never started",

@@ -53,7 +53,7 @@ def recover_local_orphans(client: Client, queue: str, own_id: str,
         released = protocol.release_listener(listener_id, queue)
         if released is None:
             continue  # someone else released it
-        protocol.forget_listener(listener_id)
+        protocol.forget_listener(listener_id, [queue])
         requeued += released[0]
         for task in client.get_tasks(released[1]):
             if task.status != k.STARTED or (task.pid and process_running(task.pid)):

@@ -20,6 +20,7 @@ from .protocol_upkeep import UpkeepOperations, _optional, encode_time, now
 if TYPE_CHECKING:
     import redis
     from redis.client import Pipeline
+    from redis.cluster import RedisCluster
 
 WireValue = str | bytes | int | float
 """What Redis stores as a task's parameters, result or error (redis-py encodes it)."""
@@ -68,18 +69,17 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def new_task_id() -> str:
-    """A uuid4 string, as blueque 1.0 makes."""
-    return str(uuid.uuid4())
-
-
 class Protocol(UpkeepOperations, AdminOperations):
     """The operations, bound to one Redis client and one key prefix (the scheduler's and
     the reaper's in UpkeepOperations, the admin's in AdminOperations)."""
 
-    def __init__(self, redis_client: redis.Redis, prefix: str = k.DEFAULT_PREFIX) -> None:
+    CLUSTER = False
+    """Keys in cluster mode (see keys.py)? ClusterProtocol's are."""
+
+    def __init__(self, redis_client: redis.Redis | RedisCluster,
+                 prefix: str = k.DEFAULT_PREFIX) -> None:
         self.redis = redis_client
-        self.keys = k.Keys(prefix)
+        self.keys = k.Keys(prefix, cluster=self.CLUSTER)
         self._task_prefix = self.keys.task("")
         # all read now, so a forked task process finds them ready (it runs EVALSHA at once)
         self._scripts = {
@@ -109,13 +109,18 @@ class Protocol(UpkeepOperations, AdminOperations):
                   for item in (name, str(value))]
         if "unique_key" in fields[::2] and (len(parameters_list) != 1 or pipe is not None):
             raise ValueError("a unique_key names one task: enqueue it alone, not in a batch")
-        ids = [task_id or new_task_id() for task_id in task_ids or [None] * len(parameters_list)]
+        ids = [task_id or self.keys.new_task_id(queue)
+               for task_id in task_ids or [None] * len(parameters_list)]
+        for task_id in task_ids or ():
+            if task_id:
+                self.keys.check_task_id(queue, task_id)
+        self.register_queues([queue])
         # A task without extension fields (no priority, eta, unique key) uses two keys: the
         # others stay unsent, since every argument costs the client ~0.6 us to pack.
-        keys = [self.keys.queues, self.keys.pending(queue)]
+        keys = [self.keys.queues_in_slot(queue), self.keys.pending(queue)]
         if fields:
             keys += [*self.keys.waiting(queue)[1:], self.keys.scheduled(queue),
-                     self.keys.due_queues, self.keys.unique(queue)]
+                     self.keys.due_queues(queue), self.keys.unique(queue)]
         head = [queue, self._task_prefix, status, encode_time(now()), UNLIST_WINDOW,
                 len(fields) // 2, *fields]
         tasks = [item for pair in zip(ids, parameters_list, strict=True) for item in pair]
@@ -125,10 +130,10 @@ class Protocol(UpkeepOperations, AdminOperations):
         if pipe is None and len(calls) == 1:
             reply = script(keys=keys, args=calls[0])
             if reply is None:  # the task is written: the sweep will index it
-                self.broken_index(self.keys.due_queues, mend=False)
+                self.broken_index(self.keys.due_queues(queue), mend=False)
             return [reply] if reply else ids
         own = pipe is None
-        pipe = self.redis.pipeline() if pipe is None else pipe
+        pipe = self.redis.pipeline(transaction=True) if pipe is None else pipe
         for args in calls:
             script(keys=keys, args=args, client=pipe)
         if own:
@@ -156,15 +161,31 @@ class Protocol(UpkeepOperations, AdminOperations):
         ``info`` (fields of its info hash) if given. Returns ``(registered, cancels, skipped)``:
         whether this beat (re-)registered it (its info must then be written whole), the task
         ids it must cancel, and the queues whose keys hold the wrong type."""
-        keys = [self.keys.queues, self.keys.listener_info(listener_id),
-                self.keys.cancels(listener_id), self.keys.listener_expiries]
-        for queue in queues:
-            keys += [self.keys.listeners(queue), self.keys.listener_leases(queue)]
-        args = [listener_id, ttl, "1" if collect_cancels else "0", *queues]
-        for field, value in (info or {}).items():
-            args += [field, str(value)]
-        registered, cancels, skipped = self.script("heartbeat")(keys=keys, args=args)
-        return bool(registered), cancels, skipped
+        fields = [item for field, value in (info or {}).items() for item in (field, str(value))]
+        registered, cancels, skipped = False, [], []
+        for group in self.slot_groups(queues):
+            keys = [self.keys.queues_in_slot(group[0]), self.keys.cancels(listener_id, group[0]),
+                    self.keys.listener_expiries(group[0])]
+            for queue in group:
+                keys += [self.keys.listeners(queue), self.keys.listener_leases(queue)]
+            args = [listener_id, ttl, "1" if collect_cancels else "0", len(group), *group]
+            if fields:
+                keys.append(self.keys.listener_info(listener_id))
+                args += fields
+            reply = self.script("heartbeat")(keys=keys, args=args)
+            registered = registered or bool(reply[0])
+            cancels += reply[1]
+            skipped += reply[2]
+        return registered, cancels, skipped
+
+    def slot_groups(self, queues: Sequence[str]) -> list[list[str]]:
+        """``queues`` in groups that one script call may cover: all together (one per queue
+        in cluster mode, see ClusterProtocol)."""
+        return [list(queues)] if queues else []
+
+    def register_queues(self, queues: Sequence[str], listened: bool = False) -> None:
+        """What a queue needs before its first task is written: nothing here (the scripts
+        add it to the queues set); see ClusterProtocol."""
 
     def release_listener(self, listener_id: str, queue: str, own: bool = False
                          ) -> tuple[list[str], list[str]] | None:
@@ -187,21 +208,23 @@ class Protocol(UpkeepOperations, AdminOperations):
 
     def _release_listener(self, listener_id, queue, own, *claimer):
         return self.script("release_listener")(
-            keys=[self.keys.listeners(queue), self.keys.queues, self.keys.listener_leases(queue),
-                  self.keys.reserved(queue, listener_id), self.keys.pending(queue),
-                  self.keys.listener_expiries, *self.keys.waiting(queue)[1:]],
+            keys=[self.keys.listeners(queue), self.keys.queues_in_slot(queue),
+                  self.keys.listener_leases(queue), self.keys.reserved(queue, listener_id),
+                  self.keys.pending(queue), self.keys.listener_expiries(queue),
+                  *self.keys.waiting(queue)[1:]],
             args=[listener_id, queue, self._task_prefix, encode_time(now()), "1" if own else "0",
                   *claimer])
 
-    def forget_listener(self, listener_id: str) -> None:
+    def forget_listener(self, listener_id: str, queues: Sequence[str]) -> None:
         """Delete the extension keys of a listener that has left all its queues."""
-        self.redis.delete(self.keys.listener_info(listener_id), self.keys.cancels(listener_id))
+        self.redis.delete(self.keys.listener_info(listener_id), *{
+            self.keys.cancels(listener_id, queue) for queue in queues or [""]})
 
     def add_listener_v1(self, listener_id, queue):
         """blueque 1.0's registration: MULTI; SADD listeners L; ZINCRBY queues 1 Q; EXEC."""
-        with self.redis.pipeline() as pipe:
+        with self.redis.pipeline(transaction=True) as pipe:
             pipe.sadd(self.keys.listeners(queue), listener_id)
-            pipe.zincrby(self.keys.queues, 1, queue)
+            pipe.zincrby(self.keys.queues_in_slot(queue), 1, queue)
             pipe.execute()
 
     def reserve(self, queue: str, listener_id: str, token: str
@@ -228,7 +251,7 @@ class Protocol(UpkeepOperations, AdminOperations):
         keys, args = self._reserve_call(queue, listener_id, token)
         found = self.script("take")(
             keys=[*keys, self.keys.started(queue), self.keys.failed(queue),
-                  self.keys.lease_expiries, self.keys.unique(queue),
+                  self.keys.lease_expiries(queue), self.keys.unique(queue),
                   self.keys.error_types(queue)],
             args=[*args, self.keys.lease(""), pid, int(lease_ttl * 1000),
                   self.keys.failed_of_type(queue, "")])
@@ -244,7 +267,7 @@ class Protocol(UpkeepOperations, AdminOperations):
         """The keys and arguments of reserve_next (reserve.lib), first of take's too."""
         return ([self.keys.pending(queue), self.keys.reserved(queue, listener_id),
                  self.keys.prioritized(queue), self.keys.priority_wake(queue),
-                 self.keys.listener_leases(queue), self.keys.listener_expiries],
+                 self.keys.listener_leases(queue), self.keys.listener_expiries(queue)],
                 [self._task_prefix, listener_id, encode_time(now()), token, queue,
                  HEARTBEAT_TTL])
 
@@ -274,7 +297,7 @@ class Protocol(UpkeepOperations, AdminOperations):
         started = self.script("start")(
             keys=[self.keys.task(task_id), self.keys.started(queue), self.keys.lease(task_id),
                   self.keys.reserved(queue, listener_id), self.keys.failed(queue),
-                  self.keys.lease_expiries, self.keys.unique(queue),
+                  self.keys.lease_expiries(queue), self.keys.unique(queue),
                   self.keys.error_types(queue)],
             args=[task_id, self.keys.started_member(listener_id, pid, task_id), pid, token,
                   encode_time(now()), int(lease_ttl * 1000), listener_id,
@@ -304,8 +327,8 @@ class Protocol(UpkeepOperations, AdminOperations):
             keys=[self.keys.task(task_id), self.keys.reserved(queue, listener_id or ""),
                   self.keys.started(queue), self.keys.lease(task_id), self.keys.complete(queue),
                   self.keys.failed(queue), self.keys.scheduled(queue), self.keys.pending(queue),
-                  self.keys.throughput(queue, hour), self.keys.due_queues,
-                  self.keys.lease_expiries, self.keys.expiring_queues,
+                  self.keys.throughput(queue, hour), self.keys.due_queues(queue),
+                  self.keys.lease_expiries(queue), self.keys.expiring_queues(queue),
                   *self.keys.waiting(queue)[1:], self.keys.unique(queue),
                   self.keys.error_types(queue)],
             args=[task_id, token or "", self.keys.started_member(listener_id or "", pid or "",
@@ -320,7 +343,8 @@ class Protocol(UpkeepOperations, AdminOperations):
                     ) -> tuple[bool, bool]:
         """Extend a running task's lease. Returns ``(held, cancel requested)``."""
         reply = self.script("renew_lease")(
-            keys=[self.keys.lease(task_id), self.keys.task(task_id), self.keys.lease_expiries],
+            keys=[self.keys.lease(task_id), self.keys.task(task_id),
+                  self.keys.lease_expiries(self.keys.queue_of(task_id))],
             args=[token, int(lease_ttl * 1000), task_id])
         return bool(reply[0]), len(reply) > 1 and reply[1] is not None
 
@@ -341,7 +365,7 @@ class Protocol(UpkeepOperations, AdminOperations):
             keys=[self.keys.task(task_id), self.keys.pending(queue), self.keys.scheduled(queue),
                   self.keys.failed(queue), self.keys.prioritized(queue), self.keys.unique(queue),
                   self.keys.error_types(queue)],
-            args=[task_id, encode_time(now()), self.keys.cancels(""), UNLIST_WINDOW,
+            args=[task_id, encode_time(now()), self.keys.cancels("", queue), UNLIST_WINDOW,
                   self.keys.failed_of_type(queue, "")])
 
     def retry(self, queue: str, task_id: str) -> int:
@@ -364,7 +388,7 @@ class Protocol(UpkeepOperations, AdminOperations):
         """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only)."""
         if status not in k.FINISHED:
             raise ValueError(f"Cannot delete task with status {status}")
-        with self.redis.pipeline() as pipe:
+        with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(self.keys.task(task_id))
             pipe.lrem(self.keys.finished(queue, status), 1, task_id)
             pipe.execute()

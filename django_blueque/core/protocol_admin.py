@@ -12,6 +12,7 @@ from .protocol_upkeep import encode_time, now
 
 if TYPE_CHECKING:
     import redis
+    from redis.cluster import RedisCluster
 
     from .keys import Keys
 
@@ -20,11 +21,13 @@ class AdminOperations:
     """Mixed into Protocol: uses its ``redis``, ``keys``, ``script`` and ``_task_prefix``."""
 
     if TYPE_CHECKING:  # Protocol's, declared for the type checker
-        redis: redis.Redis
+        redis: redis.Redis | RedisCluster
         keys: Keys
         _task_prefix: str
 
         def script(self, name: str) -> Callable[..., Any]: ...
+
+        def indexes(self, index_of: Callable[[str], str]) -> list[str]: ...
 
     def window(self, key, kind, start, stop, fields, limit, task_ids=(), redis_client=None):
         """One page of tasks for a list screen in one round trip, nothing written: the ids of
@@ -76,20 +79,23 @@ class AdminOperations:
             raise ValueError(f"no bulk action {action!r} on {state!r} tasks")
         return bool(self.script("bulk_start")(
             keys=[self.keys.bulk_job(job_id), self.keys.bulk_list(queue, state),
-                  self.keys.bulk_running, self.keys.prioritized(queue)],
+                  self.keys.bulk_running(queue), self.keys.prioritized(queue)],
             args=[action, queue, state, user, encode_time(now()), int(keep), job_id,
                   "1" if with_cancelled else "0"]))
 
     def running_bulk_jobs(self):
         """The ids of the running bulk jobs (those started since the index existed)."""
-        return self.redis.smembers(self.keys.bulk_running)
+        running = set()
+        for index in self.indexes(self.keys.bulk_running):
+            running |= self.redis.smembers(index)
+        return running
 
     def bulk_step(self, job_id, queue, state, batch, keep):
         """Run one batch of a bulk job; returns ``(status, processed, total, affected)``
         (status None when there is no such job)."""
         status, processed, total, affected = self.script("bulk_step")(
             keys=[self.keys.bulk_job(job_id), self.keys.bulk_list(queue, state),
-                  self.keys.pending(queue), self.keys.bulk_running,
+                  self.keys.pending(queue), self.keys.bulk_running(queue),
                   *self.keys.waiting(queue)[1:], self.keys.error_types(queue),
                   self.keys.failed(queue), self.keys.unique(queue)],
             args=[self._task_prefix, encode_time(now()), int(batch), int(keep), job_id,
@@ -99,5 +105,5 @@ class AdminOperations:
     def bulk_stop(self, job_id, keep):
         """Stop a running bulk job between two batches; False if it was not running."""
         return bool(self.script("bulk_stop")(
-            keys=[self.keys.bulk_job(job_id), self.keys.bulk_running],
+            keys=[self.keys.bulk_job(job_id), self.keys.bulk_running(job_id.split("_", 2)[2])],
             args=[encode_time(now()), int(keep), job_id]))

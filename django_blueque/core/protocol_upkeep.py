@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from . import keys as k
 
@@ -48,12 +49,14 @@ class UpkeepOperations:
     ``enqueue``."""
 
     if TYPE_CHECKING:  # Protocol's, declared for the type checker
-        redis: redis.Redis
+        redis: redis.Redis | RedisCluster
         keys: Keys
         _task_prefix: str
         enqueue: Callable[..., list[str]]
 
         def script(self, name: str) -> Callable[..., Any]: ...
+
+        def slot_groups(self, queues: list[str]) -> list[list[str]]: ...
 
     def enqueue_periodic(self, queue, due, *, make_task):
         """WATCH periodic; GET periodic; MULTI; SET periodic <due>; (enqueue's script); EXEC:
@@ -64,7 +67,7 @@ class UpkeepOperations:
         None when the due time was already claimed (by an earlier pass or another scheduler).
         """
         key = self.keys.periodic(queue)
-        with self.redis.pipeline() as pipe:
+        with self.redis.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(key)
                 last = pipe.get(key)
@@ -90,7 +93,7 @@ class UpkeepOperations:
         while True:
             step = self.script("move_due")(
                 keys=[self.keys.scheduled(queue), self.keys.pending(queue),
-                      self.keys.due_queues, *self.keys.waiting(queue)[1:]],
+                      self.keys.due_queues(queue), *self.keys.waiting(queue)[1:]],
                 args=[stamp, self._task_prefix, batch, "1" if by_caller_clock else "0", queue])
             moved += step
             if len(step) < batch:
@@ -100,11 +103,30 @@ class UpkeepOperations:
         """The queues of the due index whose earliest eta has come (Redis's clock)."""
         return self._come(self.keys.due_queues, limit)
 
-    def _come(self, index, limit, dry_run=False):
+    def _come(self, index_of, limit, dry_run=False):
         """The members of an index whose score has come on Redis's clock."""
         seconds, micros = self.redis.time()
-        return self._read_index(index, lambda: self.redis.zrangebyscore(
-            index, "-inf", seconds + micros / 1e6, start=0, num=limit), dry_run)
+        return self._each_index(index_of, limit, lambda index, most: self.redis.zrangebyscore(
+            index, "-inf", seconds + micros / 1e6, start=0, num=most), dry_run)
+
+    def _each_index(self, index_of, limit, read, dry_run):
+        """``read(index, most)`` (through _read_index) of each key of an index shared by every
+        queue (see indexes), until ``limit`` entries are found."""
+        found = []
+        for index in self.indexes(index_of):
+            most = limit - len(found)
+            found += self._read_index(index, lambda index=index, most=most: read(index, most),
+                                      dry_run)
+            if len(found) >= limit:
+                break
+        return found
+
+    def indexes(self, index_of: Callable[[str], str]) -> list[str]:
+        """An index shared by every queue, as the list of its keys: the one key, or in
+        cluster mode one per queue of the queues set."""
+        if not self.keys.cluster:
+            return [index_of("")]
+        return [index_of(queue) for queue in self.queue_window(0, 0)]
 
     def _read_index(self, index, read, dry_run=False):
         """``read()`` of one of our indexes, or [] when the index holds something else than a
@@ -135,7 +157,7 @@ class UpkeepOperations:
         """Delete (or with ``dry_run`` count) the tasks past their retention among the
         ``batch`` oldest of a finished list (see expire_finished.lua)."""
         return self.script("expire_finished")(
-            keys=[self.keys.finished(queue, status), self.keys.expiring_queues,
+            keys=[self.keys.finished(queue, status), self.keys.expiring_queues(queue),
                   self.keys.error_types(queue)],
             args=[self._task_prefix, f"{status} {queue}", _optional(default_retention), batch,
                   "1" if dry_run else "0",
@@ -150,36 +172,41 @@ class UpkeepOperations:
                       ) -> list[tuple[str, str, str, str, str]]:
         """``[(task id, queue, listener id, pid, token)]`` of the lease index whose lease
         has lapsed (see lapsed_leases.lua, which also tidies the index)."""
-        index = self.keys.lease_expiries
-        return [tuple(entry) for entry in self._read_index(index, lambda: self.script(
-            "lapsed_leases")(keys=[index], args=[self._task_prefix, self.keys.lease(""), limit,
-                                                 "1" if dry_run else "0"]), dry_run)]
+        return [tuple(entry) for entry in self._each_index(
+            self.keys.lease_expiries, limit, lambda index, most: self.script("lapsed_leases")(
+                keys=[index], args=[self._task_prefix, self.keys.lease(""), most,
+                                    "1" if dry_run else "0"]), dry_run)]
 
     def lapsed_listeners(self, limit: int = LAPSED_BATCH, dry_run: bool = False
                          ) -> list[tuple[str, str, float | None]]:
         """``[(queue, listener id, heartbeat expiry or None)]`` of the listener index whose
         heartbeat has lapsed (see lapsed_listeners.lua, which also tidies the index)."""
-        index = self.keys.listener_expiries
+        (listeners, after), leases = (self.keys.around(self.keys.listeners),
+                                      self.keys.around(self.keys.listener_leases)[0])
         return [(queue, listener, float(expiry) if expiry else None)
-                for queue, listener, expiry in self._read_index(index, lambda: self.script(
-                    "lapsed_listeners")(keys=[index], args=[
-                        self.keys.listeners(""), self.keys.listener_leases(""), limit,
-                        "1" if dry_run else "0"]), dry_run)]
+                for queue, listener, expiry in self._each_index(
+                    self.keys.listener_expiries, limit, lambda index, most: self.script(
+                        "lapsed_listeners")(keys=[index], args=[
+                            listeners, leases, most, "1" if dry_run else "0", after]), dry_run)]
 
     def index_queues(self, queues: Iterable[str],
-                     retention: Callable[[str], float | None] | None = None) -> object:
+                     retention: Callable[[str], float | None] | None = None) -> int:
         """The sweep's upkeep of the due and expiring indexes for ``queues`` (see
         index_queues.lua); ``retention``: ``queue -> default seconds or None``."""
-        keys = [self.keys.due_queues, self.keys.expiring_queues]
-        args: list[str | float] = [self._task_prefix]
-        for queue in queues:
-            keys += [self.keys.scheduled(queue), self.keys.complete(queue),
-                     self.keys.failed(queue)]
-            args += [queue, _optional(retention(queue) if retention else None)]
-        return self.script("index_queues")(keys=keys, args=args)
+        written = 0
+        for group in self.slot_groups(list(queues)):
+            keys = [self.keys.due_queues(group[0]), self.keys.expiring_queues(group[0])]
+            args: list[str | float] = [self._task_prefix]
+            for queue in group:
+                keys += [self.keys.scheduled(queue), self.keys.complete(queue),
+                         self.keys.failed(queue)]
+                args += [queue, _optional(retention(queue) if retention else None)]
+            written += self.script("index_queues")(keys=keys, args=args)
+        return written
 
     def queue_window(self, start: int, size: int) -> list[str]:
-        """``size`` names of the queues set from rank ``start`` (the sweep's window)."""
+        """``size`` names of the queues set from rank ``start`` (the sweep's window); every
+        name from ``start`` with size 0."""
         return cast("list[str]", self.redis.zrange(self.keys.queues, start, start + size - 1))
 
     def forget_started(self, queue: str, member: str) -> None:
@@ -191,7 +218,10 @@ class UpkeepOperations:
         write (raises otherwise; ``probe_writes=False`` writes nothing): leases are judged on
         Redis's clock, and only while Redis takes the writes that renew them (see
         maintenance.Reaper)."""
-        with self.redis.pipeline(transaction=False) as pipe:
+        server = self.redis
+        if isinstance(server, RedisCluster):  # the clock of the node holding reaper_clock
+            server = server.get_node_from_key(self.keys.reaper_clock).redis_connection
+        with server.pipeline(transaction=False) as pipe:
             if probe_writes:
                 pipe.set(self.keys.reaper_clock, encode_time(now()), px=60_000)
             pipe.time()

@@ -391,7 +391,7 @@ class ForkingRunner(TaskProcesses):
                 if released and released[0]:
                     logger.info("listener %s: requeued %d unstarted task(s) of %s",
                                 self.listener_id, len(released[0]), queue)
-            self._protocol.forget_listener(self.listener_id)
+            self._protocol.forget_listener(self.listener_id, self.queues)
         except redis.RedisError as exc:
             self.stopped_cleanly = False
             logger.warning("listener %s: could not unregister (%s); the reaper will release it",

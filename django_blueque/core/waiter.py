@@ -6,9 +6,13 @@ connections."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 if TYPE_CHECKING:
     from .client import Client
@@ -19,12 +23,23 @@ command)."""
 
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
+MOVING_PAUSE = 0.05
+"""Seconds a peek waits before it is armed again on a slot that is moving (cluster mode)."""
+
+
+def pool_of(redis_client: redis.Redis | RedisCluster) -> Callable[[str], Any]:
+    """``key -> the connection pool of the server that holds it``."""
+    if isinstance(redis_client, RedisCluster):
+        return lambda key: redis_client.get_node_from_key(key).redis_connection.connection_pool
+    return lambda key: redis_client.connection_pool
+
 
 class Peek:
     """A connection holding a blocking peek on one list."""
 
-    def __init__(self, pool, key):
-        self._pool = pool
+    def __init__(self, pool_of, key):
+        self._pool_of = pool_of  # key -> the pool of the server holding it, asked afresh
+        self._pool = None
         self.key = key
         self.conn = None
         self.armed = False
@@ -35,6 +50,7 @@ class Peek:
         if self.conn is None:
             # taken from the pool (connected as the pool connects: through Sentinel, say),
             # and held until closed, so that the pool can cut it when the primary moves
+            self._pool = self._pool_of(self.key)
             self.conn = self._pool.get_connection()
         self.conn.send_command("BLMOVE", self.key, self.key, "RIGHT", "RIGHT", BLOCK_SECONDS)
         self.armed = True
@@ -53,6 +69,15 @@ class Peek:
         except CONNECTION_ERRORS:
             self.close()
             raise
+        except (MovedError, AskError, TryAgainError, ClusterDownError) as exc:
+            # cluster mode: its slot moved to another node, or is moving. The listener looks
+            # at the queue through the cluster client, which follows the slot; the next arm
+            # asks that client where the key is. While a slot moves (ASK: seconds), a pause
+            # keeps the peek from spinning.
+            self.close()
+            if not isinstance(exc, MovedError):
+                time.sleep(MOVING_PAUSE)
+            return
         if reply is None:
             self.arm()
 
@@ -69,9 +94,8 @@ class PendingWaiter:
     both wait."""
 
     def __init__(self, client: Client, queue: str) -> None:
-        pool = client.redis.connection_pool
-        self.peeks = [Peek(pool, client.keys.pending(queue)),
-                      Peek(pool, client.keys.priority_wake(queue))]
+        self.peeks = [Peek(pool_of(client.redis), client.keys.pending(queue)),
+                      Peek(pool_of(client.redis), client.keys.priority_wake(queue))]
 
     @property
     def armed(self) -> bool:

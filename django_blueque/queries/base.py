@@ -53,7 +53,15 @@ class ReaderBase:
         return out
 
     def _window(self, key, kind, start, stop, fields, task_ids=()):
-        """Protocol.window as Task objects; a task key that is not a hash is noted."""
+        """Protocol.window as Task objects; a task key that is not a hash is noted. Tasks
+        by id (kind 'ids') are read one call per queue in cluster mode, in their order."""
+        if kind == "ids" and key is None and self.keys.cluster:
+            slots = {}  # hash slot -> the ids whose task is there (a queue's, in cluster mode)
+            for task_id in task_ids:
+                slots.setdefault(self.db.keyslot(self.keys.task(task_id)), []).append(task_id)
+            found = {task.id: task for ids in slots.values() for task in self._window(
+                self.keys.task(ids[0]), kind, 0, 0, fields, ids)}  # the key routes the call
+            return [found[task_id] for task_id in task_ids]
         tasks = []
         for task_id, score, values in self.client.protocol.window(
                 key, kind, start, stop, fields, PREVIEW_BYTES, task_ids, redis_client=self.db):

@@ -118,9 +118,11 @@ class QueueReaders(ReaderBase):
             calls += [("hgetall", keys.throughput(queue, hour)) for hour in hours]
             calls.append(("zcard", keys.prioritized(queue)))
         calls += [("get", keys.periodic(task.queue)) for task, _next in periodic]
-        calls.append(("smembers", keys.bulk_running))
+        running = sorted({keys.bulk_running(queue) for queue in queues})  # 1 but in cluster mode
+        calls += [("smembers", key) for key in running]
         replies = self.read(calls)
-        jobs = self._running_jobs(queues, replies.pop())
+        jobs = self._running_jobs(queues, set().union(*replies[len(replies) - len(running):]))
+        del replies[len(replies) - len(running):]
         jobs_end = 8
         width = jobs_end + len(hours) + 1
         tasks = registered_tasks()

@@ -1,6 +1,7 @@
 """A project using django_blueque the way a user would. Environment variables:
-BLUEQUE_URL (Redis), DATABASE_URL-free: BLUEQUE_DB_PATH (SQLite file) or BLUEQUE_PG_NAME
-(a PostgreSQL database on the local socket), DJANGO_DEBUG."""
+BLUEQUE_URL (Redis; with BLUEQUE_CLUSTER=1, a node of a Redis Cluster), DATABASE_URL-free:
+BLUEQUE_DB_PATH (SQLite file) or BLUEQUE_PG_NAME (a PostgreSQL database on the local socket),
+DJANGO_DEBUG."""
 
 import os
 from pathlib import Path
@@ -69,6 +70,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 BLUEQUE = {
     "URL": os.environ.get("BLUEQUE_URL", "redis://localhost:6379/0"),
+    "CLUSTER": os.environ.get("BLUEQUE_CLUSTER") == "1",  # the URL names a cluster's node
     "RETRIES": 0,
     "QUEUES": {"demo.flaky": {"RETRIES": 2, "BACKOFF": 1}},
 }

@@ -38,8 +38,8 @@ def protocol_keys():
         names += [KEYS.bulk_job(f"{action}_{state}_{queue}") for action, state in BULK_ACTIONS]
     names += [KEYS.task(task_id) for task_id in TASKS] + [KEYS.lease(t) for t in TASKS]
     names += [KEYS.listener_info(listener) for listener in LISTENERS]
-    names += [KEYS.cancels(listener) for listener in LISTENERS]
-    names += [KEYS.periodic("demo.tick"), KEYS.bulk_running]
+    names += [KEYS.cancels(listener, "") for listener in LISTENERS]
+    names += [KEYS.periodic("demo.tick"), KEYS.bulk_running("")]
     return names
 
 

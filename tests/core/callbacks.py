@@ -25,11 +25,13 @@ import signal
 import time
 
 import redis
+from redis.cluster import RedisCluster
 
 from django_blueque.core import current_task
 
 RUNS_KEY = "core_test_runs"
 URL = None  # set by runner_script.py before the runner starts; the forked children inherit it
+CLUSTER = False  # the same: URL names a node of a Redis Cluster
 
 
 class CodedError(Exception):
@@ -64,7 +66,7 @@ def _wait_until(predicate, timeout=120.0):
 
 def callback(task):
     todo = directives(task.parameters)
-    conn = redis.Redis.from_url(URL, decode_responses=True)
+    conn = (RedisCluster if CLUSTER else redis.Redis).from_url(URL, decode_responses=True)
     running = current_task()
     conn.rpush(RUNS_KEY, json.dumps({"id": task.id, "pid": os.getpid(),
                                      "attempt": running.attempt}))

@@ -4,7 +4,8 @@
         A ForkingRunner with tests.core.callbacks.callback. Prints {"pid", "listener_id"} once,
         then blocks; SIGTERM stops it. Exit status 0 on a clean stop, 3 otherwise. --duties S runs
         enqueue_due_tasks() and a Reaper's pass every S seconds in the listener. --policy JSON
-        gives every queue that policy; --slow-end makes on_task_end take 12 s.
+        gives every queue that policy; --slow-end makes on_task_end take 12 s; --cluster: URL
+        names a node of a Redis Cluster.
     reap URL --at T
         Waits until Unix time T, runs one reap(), prints its actions as JSON.
     enqueue-due URL --at T --until T2
@@ -31,8 +32,8 @@ def _sleep_until(moment):
 
 
 def run(args):
-    client = Client(args.url)
-    callbacks.URL = args.url
+    client = Client(args.url, cluster=args.cluster)
+    callbacks.URL, callbacks.CLUSTER = args.url, args.cluster
     client_duties = None
     if args.duties:
         reaper = Reaper(client)
@@ -84,6 +85,7 @@ def main(argv=None):
     runner.add_argument("--retention", type=float, default=None)
     runner.add_argument("--duties", type=float, default=None)
     runner.add_argument("--policy", default=None, help="the queues' policy, as JSON")
+    runner.add_argument("--cluster", action="store_true", help="a Redis Cluster's node URL")
     runner.add_argument("--slow-end", action="store_true",
                         help="on_task_end sleeps 12 s, then RPUSHes the task id to 'ended'")
     reaper = commands.add_parser("reap")

@@ -111,8 +111,8 @@ def test_garbage_in_a_shared_index_stops_no_queue_and_is_mended(client, r, caplo
     the index, schedule() returns its id, and the next scheduler and reaper passes delete the
     garbage, with an error logged, so the sweep rebuilds the indexes."""
     keys = client.keys
-    indexes = [keys.due_queues, keys.lease_expiries, keys.listener_expiries,
-               keys.expiring_queues]
+    indexes = [keys.due_queues("q"), keys.lease_expiries("q"), keys.listener_expiries("q"),
+               keys.expiring_queues("q")]
     for index in indexes:
         write(r, index, (kind, {"x": "y"} if kind == "hash" else "junk"))
     queue = client.get_queue("q")
@@ -139,8 +139,9 @@ def protocol_keys(keys, queue, task_ids, listener):
             keys.complete(queue), keys.failed(queue), keys.listeners(queue),
             keys.listener_leases(queue), keys.reserved(queue, listener),
             *(keys.task(task_id) for task_id in task_ids), *(keys.lease(t) for t in task_ids),
-            keys.due_queues, keys.lease_expiries, keys.listener_expiries, keys.expiring_queues,
-            keys.reaper_clock, keys.listener_info(listener), keys.cancels(listener),
+            keys.due_queues(queue), keys.lease_expiries(queue), keys.listener_expiries(queue),
+            keys.expiring_queues(queue), keys.reaper_clock, keys.listener_info(listener),
+            keys.cancels(listener, queue),
             keys.prioritized(queue), keys.priority_sequence(queue), keys.priority_wake(queue)]
 
 

@@ -37,6 +37,11 @@ CASES = [
     ("short API token", {"API_TOKENS": {"abc": "bot"}}, "blueque.E016"),
     ("API token without a user", {"API_TOKENS": {"a" * 16: ""}}, "blueque.E016"),
     ("API tokens not a mapping", {"API_TOKENS": ["a" * 16]}, "blueque.E016"),
+    ("cluster not a bool", {"CLUSTER": "yes"}, "blueque.E017"),
+    ("cluster through Sentinel", {"CLUSTER": True, "SENTINELS": [("h", 26379)],
+                                  "SERVICE_NAME": "m"}, "blueque.E017"),
+    ("cluster with WAIT", {"CLUSTER": True, "WAIT_REPLICAS": 1}, "blueque.E017"),
+    ("cluster queue with a brace", {"CLUSTER": True, "QUEUES": {"a{b}": {}}}, "blueque.E017"),
 ]
 
 

@@ -44,6 +44,30 @@ local cancelled = {KEYS[9], KEYS[10], KEYS[8]}
 if action == 'cancel' then
   expect(KEYS[9], 'list')
 end
+-- the tasks this step may reach (the list's next batch, read here once, and the prioritized
+-- set's), and their failed-by-type keys, touched before the first write (see here)
+local reach, known = {ARGV[6] .. CANCELLED}, {}
+-- a task key that is not a hash is no task of this list: its id is dropped
+local function fields_of(task)
+  if redis.call('TYPE', task).ok ~= 'hash' then
+    return {}
+  end
+  return redis.call('HMGET', task, 'status', 'updated', 'error', 'error_type')
+end
+for _, id in ipairs((phase == 'list' and batch > 0) and redis.call('LRANGE', KEYS[2], -batch, -1)
+                    or {}) do
+  local task = prefix .. id
+  known[id] = fields_of(task)
+  reach[#reach + 1] = task
+  reach[#reach + 1] = ARGV[6] .. (known[id][4] or '')
+end
+if action == 'cancel' and batch > 0 and usable(KEYS[5], 'zset') then
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], after and ('(' .. after) or '-inf',
+                                 '+inf', 'LIMIT', 0, batch)) do
+    reach[#reach + 1] = prefix .. id
+  end
+end
+here(reach)
 for _ = 1, (phase == 'list') and batch or 0 do
   batch = batch - 1
   if processed >= total then
@@ -56,10 +80,7 @@ for _ = 1, (phase == 'list') and batch or 0 do
     break
   end
   local task = prefix .. id
-  local fields = {}  -- a task key that is not a hash is no task of this list: its id is dropped
-  if redis.call('TYPE', task)['ok'] == 'hash' then
-    fields = redis.call('HMGET', task, 'status', 'updated', 'error', 'error_type')
-  end
+  local fields = known[id] or fields_of(task)
   if guard_time and (tonumber(fields[2]) or 0) > started then
     done = true
     break

@@ -13,6 +13,7 @@
 -- Returns 'cancelled', 'requested', the status of a finished task, or false if there is none.
 --#include common.lib
 --#include admin.lib
+here({ARGV[5] .. CANCELLED})
 expect(KEYS[1], 'hash')
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then

@@ -15,11 +15,13 @@ if not list then
   return 0
 end
 expect(list, 'list')
+local error_type = redis.call('HGET', KEYS[1], 'error_type')
+here({ARGV[3] .. (error_type or '')})
 if unlist(list, ARGV[1], tonumber(ARGV[2])) == 'deep' then
   return -1
 end
 if status == 'failed' then
-  unindex_failure(KEYS[4], ARGV[3], redis.call('HGET', KEYS[1], 'error_type'), ARGV[1])
+  unindex_failure(KEYS[4], ARGV[3], error_type, ARGV[1])
 end
 redis.call('DEL', KEYS[1])
 return 1

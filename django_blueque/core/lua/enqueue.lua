@@ -75,6 +75,11 @@ if unique then
     return id
   end
 end
+local tasks = {}
+for i = first, #ARGV, 2 do
+  tasks[#tasks + 1] = prefix .. ARGV[i]
+end
+here(tasks)
 for i = first, #ARGV, 2 do
   local id = ARGV[i]
   local fields = {'status', status, 'queue', queue, 'parameters', ARGV[i + 1],

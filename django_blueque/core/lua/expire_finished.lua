@@ -15,28 +15,38 @@ if not usable(KEYS[1], 'list') then
 end
 local now, dry, window = server_time(), ARGV[5] == '1', tonumber(ARGV[4])
 local ids = redis.call('LRANGE', KEYS[1], -window, -1)
-local kept, deleted, earliest = {}, 0, false
-for _, id in ipairs(ids) do
+-- read every task first, and touch what the writes will reach (see here)
+local expiry, types, reach = {}, {}, {}
+for i, id in ipairs(ids) do
   local task = ARGV[1] .. id
-  local expires, error_type = 0, nil  -- a missing task (or garbage in its place) goes at once
+  reach[#reach + 1] = task
+  expiry[i] = 0  -- a missing task (or garbage in its place) goes at once
   if redis.call('TYPE', task).ok == 'hash' then
     local fields = redis.call('HMGET', task, 'expires', 'updated', 'retention', 'error_type')
-    error_type = fields[4]
-    expires = number(fields[1], nil)
-    if not expires then
+    types[i] = fields[4]
+    expiry[i] = number(fields[1], nil)
+    if not expiry[i] then
       local updated, retention = number(fields[2], nil), number(fields[3], number(ARGV[3], nil))
       if updated and retention then
-        expires = updated + retention
+        expiry[i] = updated + retention
       end
     end
+    if ARGV[6] ~= '' and types[i] then
+      reach[#reach + 1] = ARGV[6] .. types[i]
+    end
   end
+end
+here(reach)
+local kept, deleted, earliest = {}, 0, false
+for i, id in ipairs(ids) do
+  local expires, error_type = expiry[i], types[i]
   if expires and expires <= now then
     deleted = deleted + 1
     if not dry then
       if ARGV[6] ~= '' and error_type then
         unindex_failure(KEYS[3], ARGV[6], error_type, id)
       end
-      redis.call('DEL', task)
+      redis.call('DEL', ARGV[1] .. id)
     end
   else
     table.insert(kept, id)

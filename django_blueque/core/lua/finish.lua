@@ -24,6 +24,9 @@
 -- when usable; KEYS[9], ARGV[14] and ARGV[15]: the throughput counter at the end)
 -- Returns 'complete', 'failed', 'retry', 'requeued' or 'stale' (nothing changed).
 --#include common.lib
+if ARGV[5] == 'failed' then
+  here({ARGV[19] .. ARGV[7]})
+end
 local status = status_of(KEYS[1])
 if status ~= 'started' and status ~= 'reserved' then
   return 'stale'

@@ -24,6 +24,16 @@ local function oldest_expiry(list, default)
   local updated, retention = number(fields[2], nil), number(fields[3], default)
   return number(fields[1], updated and retention and updated + retention or nil)
 end
+local oldest = {}
+for i = 1, (#ARGV - 1) / 2 do
+  for _, list in ipairs({KEYS[3 * i + 1], KEYS[3 * i + 2]}) do
+    local id = usable(list, 'list') and redis.call('LINDEX', list, -1)
+    if id then
+      oldest[#oldest + 1] = ARGV[1] .. id
+    end
+  end
+end
+here(oldest)
 for i = 1, (#ARGV - 1) / 2 do
   local queue, default = ARGV[2 * i], number(ARGV[2 * i + 1], nil)
   local scheduled, complete, failed = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]

@@ -12,7 +12,13 @@ if not usable(KEYS[1], 'zset') then
   return redis.error_reply('WRONGTYPE the index ' .. KEYS[1] .. ' is not a sorted set')
 end
 local now, dry, lapsed = server_time(), ARGV[4] == '1', {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[3])) do
+local ids, touched = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[3]), {}
+for _, id in ipairs(ids) do
+  touched[#touched + 1] = ARGV[1] .. id
+  touched[#touched + 1] = ARGV[2] .. id
+end
+here(touched)
+for _, id in ipairs(ids) do
   local state = false
   if redis.call('TYPE', ARGV[1] .. id).ok == 'hash' then
     state = redis.call('HMGET', ARGV[1] .. id, 'status', 'lease', 'node', 'pid', 'queue',

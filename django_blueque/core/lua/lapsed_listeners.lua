@@ -4,7 +4,8 @@
 -- queue lease is later than the index says gets that expiry.
 -- KEYS[1] listener index (a WRONGTYPE error when it is not a sorted set)
 -- ARGV[1] listeners-set key prefix, ARGV[2] listener-leases key prefix, ARGV[3] most entries,
--- ARGV[4] '1' for a dry run (nothing written)
+-- ARGV[4] '1' for a dry run (nothing written), ARGV[5] what follows the queue name in those
+-- keys ('}' in cluster mode, see Keys.around)
 -- Returns {{queue, listener id, heartbeat expiry or ''}, ...}.
 --#include common.lib
 if not usable(KEYS[1], 'zset') then
@@ -14,7 +15,7 @@ local now, dry, lapsed = server_time(), ARGV[4] == '1', {}
 for _, entry in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[3])) do
   local space = string.find(entry, ' ', 1, true)
   local queue, listener = string.sub(entry, 1, (space or 1) - 1), string.sub(entry, (space or 0) + 1)
-  local listeners, leases = ARGV[1] .. queue, ARGV[2] .. queue
+  local listeners, leases = ARGV[1] .. queue .. ARGV[5], ARGV[2] .. queue .. ARGV[5]
   local expiry, member = false, 0
   if space and usable(leases, 'zset') and usable(listeners, 'set') then
     expiry = redis.call('ZSCORE', leases, listener)

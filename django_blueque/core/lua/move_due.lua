@@ -13,6 +13,11 @@ if not (usable(KEYS[1], 'zset') and usable(KEYS[2], 'list')) then
 end
 local due = ARGV[4] == '1' and ARGV[1] or server_time()
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', due, 'LIMIT', 0, ARGV[3])
+local tasks = {}
+for i, id in ipairs(ids) do
+  tasks[i] = ARGV[2] .. id
+end
+here(tasks)
 local moved = {}
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)

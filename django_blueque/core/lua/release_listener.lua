@@ -15,6 +15,12 @@
 -- claimer to run or watch, and is returned third instead of being requeued or listed started.
 -- Returns {requeued ids, started ids, claimed id or false}.
 --#include common.lib
+local reserved = usable(KEYS[4], 'list') and redis.call('LRANGE', KEYS[4], 0, -1) or {}
+local tasks = {}
+for i, id in ipairs(reserved) do
+  tasks[i] = ARGV[3] .. id
+end
+here(tasks)
 local removed = 0
 if usable(KEYS[1], 'set') then
   removed = redis.call('SREM', KEYS[1], ARGV[1])
@@ -36,7 +42,7 @@ local requeued, started, claimed = {}, {}, false
 if not (usable(KEYS[4], 'list') and usable(KEYS[5], 'list')) then
   return {requeued, started, claimed}
 end
-for _, id in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do
+for _, id in ipairs(reserved) do
   local task = ARGV[3] .. id
   local status = status_of(task)
   if ARGV[6] and not claimed and (status == 'reserved' or status == 'started') then

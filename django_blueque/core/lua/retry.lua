@@ -14,10 +14,12 @@ expect(KEYS[3], 'list')
 if redis.call('HGET', KEYS[1], 'status') ~= 'failed' then
   return 0
 end
+local error_type = redis.call('HGET', KEYS[1], 'error_type')
+here({ARGV[4] .. (error_type or '')})
 if unlist(KEYS[2], ARGV[1], tonumber(ARGV[3])) == 'deep' then
   return -1
 end
-unindex_failure(KEYS[7], ARGV[4], redis.call('HGET', KEYS[1], 'error_type'), ARGV[1])
+unindex_failure(KEYS[7], ARGV[4], error_type, ARGV[1])
 redis.call('HSET', KEYS[1], 'status', 'pending', 'updated', ARGV[2], 'last_error',
            redis.call('HGET', KEYS[1], 'error') or '')
 redis.call('HDEL', KEYS[1], 'error', 'error_type', 'traceback', 'finished', 'expires', 'node', 'pid')

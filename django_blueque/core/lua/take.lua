@@ -13,7 +13,8 @@
 --#include reserve.lib
 --#include start.lib
 local found = reserve_next({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]},
-                           {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
+                           {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]},
+                           function(id) return {ARGV[7] .. id, ARGV[10] .. CANCELLED} end)
 if not found or found[2] ~= 'ok' then
   return found
 end
