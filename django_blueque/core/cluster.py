@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import AskError, ClusterError, MovedError, TryAgainError
+from redis.exceptions import AskError, ClusterError, MovedError, NoScriptError, TryAgainError
 
 from .connections import engine_options
 from .keys import DEFAULT_PREFIX
@@ -53,16 +53,27 @@ class ClusterProtocol(Protocol):
 
     def __init__(self, redis_client: RedisCluster, prefix: str = DEFAULT_PREFIX) -> None:
         super().__init__(redis_client, prefix)
+        self.cluster = redis_client  # self.redis, typed as what it is here
         self._registered: set[str] = set()  # queues this process has put in the queues set
+        self._loaded: set[str] = set()  # scripts loaded on every primary for pipelines
 
     def script(self, name: str) -> Callable[..., Any]:
-        script = super().script(name)
-        source = self._scripts[name].script
+        script = self._scripts[name]  # a redis-py Script
+        source = script.script
 
         def retried(keys: Any = None, args: Any = None, client: Any = None) -> Any:
-            if client is not None:  # a pipeline (its caller runs it), which cannot load it
-                self.redis.script_load(source)  # on every primary
-                return script(keys=keys, args=args, client=client)
+            if client is not None:  # a pipeline, which its caller runs
+                # redis-py refuses pipe.evalsha() in a cluster pipeline, where it could not
+                # load a missing script: it is loaded here, on every primary, and a NOSCRIPT
+                # reply is the caller's to handle (see each_key). The node is named: else
+                # redis-py 8 asks a server for the keys of every EVALSHA (COMMAND GETKEYS).
+                if name not in self._loaded:
+                    self.redis.script_load(source)
+                    self._loaded.add(name)
+                keys, args = list(keys or ()), list(args or ())
+                node = self.cluster.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+                return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args,
+                                              target_nodes=node)
             deadline, pause = time.monotonic() + MOVING_SECONDS, 0.01
             while True:
                 try:
@@ -74,6 +85,21 @@ class ClusterProtocol(Protocol):
                 pause = min(pause * 2, 0.5)
 
         return retried
+
+    def each_key(self, keys: list[str], read: Callable[[Any, str], Any]) -> list[Any]:
+        """Protocol.each_key in one pipeline: a round trip per node, not per key (a pass of
+        the scheduler or the reaper reads every queue's index). A key whose slot is moving
+        reads as None (empty) this time; a node that lost a script gets them all again."""
+        for attempt in (1, 2):
+            with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    read(pipe, key)
+                replies = pipe.execute(raise_on_error=False)
+            if attempt == 2 or not any(isinstance(reply, NoScriptError) for reply in replies):
+                break
+            self._loaded.clear()
+        return [None if isinstance(reply, Exception) and slot_moving(reply) else reply
+                for reply in replies]
 
     def slot_groups(self, queues: Sequence[str]) -> list[list[str]]:
         """One queue per group: each has its own slot."""

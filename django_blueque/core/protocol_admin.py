@@ -29,6 +29,8 @@ class AdminOperations:
 
         def indexes(self, index_of: Callable[[str], str]) -> list[str]: ...
 
+        def each_key(self, keys: list[str], read: Callable[[Any, str], Any]) -> list[Any]: ...
+
     def window(self, key, kind, start, stop, fields, limit, task_ids=(), redis_client=None):
         """One page of tasks for a list screen in one round trip, nothing written: the ids of
         ``key[start:stop]`` (kind 'list': LRANGE; 'zset': ZREVRANGE with scores) or
@@ -85,9 +87,12 @@ class AdminOperations:
 
     def running_bulk_jobs(self):
         """The ids of the running bulk jobs (those started since the index existed)."""
-        running = set()
-        for index in self.indexes(self.keys.bulk_running):
-            running |= self.redis.smembers(index)
+        indexes = self.indexes(self.keys.bulk_running)
+        running: set[str] = set()
+        for reply in self.each_key(indexes, lambda client, index: client.smembers(index)):
+            if isinstance(reply, Exception):
+                raise reply
+            running |= reply or set()
         return running
 
     def bulk_step(self, job_id, queue, state, batch, keep):

@@ -106,20 +106,37 @@ class UpkeepOperations:
     def _come(self, index_of, limit, dry_run=False):
         """The members of an index whose score has come on Redis's clock."""
         seconds, micros = self.redis.time()
-        return self._each_index(index_of, limit, lambda index, most: self.redis.zrangebyscore(
-            index, "-inf", seconds + micros / 1e6, start=0, num=most), dry_run)
+        return self._each_index(index_of, limit, lambda client, index: client.zrangebyscore(
+            index, "-inf", seconds + micros / 1e6, start=0, num=limit), dry_run)
 
     def _each_index(self, index_of, limit, read, dry_run):
-        """``read(index, most)`` (through _read_index) of each key of an index shared by every
-        queue (see indexes), until ``limit`` entries are found."""
-        found = []
-        for index in self.indexes(index_of):
-            most = limit - len(found)
-            found += self._read_index(index, lambda index=index, most=most: read(index, most),
-                                      dry_run)
-            if len(found) >= limit:
-                break
-        return found
+        """``read(client, index)`` of each key of an index shared by every queue (see
+        indexes), through each_key; at most ``limit`` entries in all. An index holding
+        something else than a sorted set (someone else wrote it) reads as empty: it is derived
+        data, shared by every queue, and left broken it would hide every queue's due tasks or
+        lapsed leases for good, so it is deleted (not in a dry run), with an error logged, and
+        the sweep builds it again."""
+        indexes = self.indexes(index_of)
+        found: list[Any] = []
+        for index, reply in zip(indexes, self.each_key(indexes, read), strict=True):
+            if isinstance(reply, redis.ResponseError):
+                if not str(reply).startswith("WRONGTYPE"):
+                    raise reply
+                self.broken_index(index, mend=not dry_run)
+            else:
+                found += reply or []
+        return found[:limit]
+
+    def each_key(self, keys: list[str], read: Callable[[Any, str], Any]) -> list[Any]:
+        """``read(client, key)`` for each key, in order, a refused one as its ResponseError
+        (ClusterProtocol sends them in one pipeline)."""
+        replies = []
+        for key in keys:
+            try:
+                replies.append(read(self.redis, key))
+            except redis.ResponseError as exc:
+                replies.append(exc)
+        return replies
 
     def indexes(self, index_of: Callable[[str], str]) -> list[str]:
         """An index shared by every queue, as the list of its keys: the one key, or in
@@ -127,19 +144,6 @@ class UpkeepOperations:
         if not self.keys.cluster:
             return [index_of("")]
         return [index_of(queue) for queue in self.queue_window(0, 0)]
-
-    def _read_index(self, index, read, dry_run=False):
-        """``read()`` of one of our indexes, or [] when the index holds something else than a
-        sorted set (someone else wrote it). The index is derived data, shared by every queue:
-        left broken, it would hide every queue's due tasks or lapsed leases for good, so it is
-        deleted (not in a dry run), with an error logged, and the sweep builds it again."""
-        try:
-            return read()
-        except redis.ResponseError as exc:
-            if not str(exc).startswith("WRONGTYPE"):
-                raise
-        self.broken_index(index, mend=not dry_run)
-        return []
 
     def broken_index(self, index, mend):
         """Log an index that holds something else than a sorted set; with ``mend``, delete
@@ -173,9 +177,9 @@ class UpkeepOperations:
         """``[(task id, queue, listener id, pid, token)]`` of the lease index whose lease
         has lapsed (see lapsed_leases.lua, which also tidies the index)."""
         return [tuple(entry) for entry in self._each_index(
-            self.keys.lease_expiries, limit, lambda index, most: self.script("lapsed_leases")(
-                keys=[index], args=[self._task_prefix, self.keys.lease(""), most,
-                                    "1" if dry_run else "0"]), dry_run)]
+            self.keys.lease_expiries, limit, lambda client, index: self.script("lapsed_leases")(
+                keys=[index], args=[self._task_prefix, self.keys.lease(""), limit,
+                                    "1" if dry_run else "0"], client=client), dry_run)]
 
     def lapsed_listeners(self, limit: int = LAPSED_BATCH, dry_run: bool = False
                          ) -> list[tuple[str, str, float | None]]:
@@ -185,23 +189,31 @@ class UpkeepOperations:
                                       self.keys.around(self.keys.listener_leases)[0])
         return [(queue, listener, float(expiry) if expiry else None)
                 for queue, listener, expiry in self._each_index(
-                    self.keys.listener_expiries, limit, lambda index, most: self.script(
+                    self.keys.listener_expiries, limit, lambda client, index: self.script(
                         "lapsed_listeners")(keys=[index], args=[
-                            listeners, leases, most, "1" if dry_run else "0", after]), dry_run)]
+                            listeners, leases, limit, "1" if dry_run else "0", after],
+                                            client=client), dry_run)]
 
     def index_queues(self, queues: Iterable[str],
                      retention: Callable[[str], float | None] | None = None) -> int:
         """The sweep's upkeep of the due and expiring indexes for ``queues`` (see
         index_queues.lua); ``retention``: ``queue -> default seconds or None``."""
-        written = 0
-        for group in self.slot_groups(list(queues)):
-            keys = [self.keys.due_queues(group[0]), self.keys.expiring_queues(group[0])]
+        groups = {group[0]: group for group in self.slot_groups(list(queues))}
+
+        def index(client, first):
+            keys = [self.keys.due_queues(first), self.keys.expiring_queues(first)]
             args: list[str | float] = [self._task_prefix]
-            for queue in group:
+            for queue in groups[first]:
                 keys += [self.keys.scheduled(queue), self.keys.complete(queue),
                          self.keys.failed(queue)]
                 args += [queue, _optional(retention(queue) if retention else None)]
-            written += self.script("index_queues")(keys=keys, args=args)
+            return self.script("index_queues")(keys=keys, args=args, client=client)
+
+        written = 0
+        for reply in self.each_key(list(groups), index):
+            if isinstance(reply, Exception):
+                raise reply
+            written += reply or 0
         return written
 
     def queue_window(self, start: int, size: int) -> list[str]:

@@ -12,10 +12,11 @@ import uuid
 import pytest
 from redis.cluster import RedisCluster
 
-from django_blueque.core import Client, bulk, reap
+from django_blueque.core import Client, bulk, enqueue_due_tasks, reap
 from django_blueque.core import keys as k
+from django_blueque.core.maintenance import Reaper
 from tests.core.callbacks import RUNS_KEY
-from tests.core.helpers import Runner, wait_for
+from tests.core.helpers import Runner, command_calls, requests_received, wait_for
 
 # Keys that are not of one queue, by design (see keys.py): the queues set, listener info,
 # the reaper's clock. Everything else must carry a queue's hash tag.
@@ -248,3 +249,18 @@ def test_bulk_jobs_on_queues_of_every_master(client, queues):
         assert client.redis.llen(client.keys.failed(queue)) == 0
         assert {client.get_task(task_id).status for task_id in ids} == {"pending"}
     assert client.protocol.running_bulk_jobs() == set()
+
+
+def test_a_pass_reads_every_queues_indexes_in_a_round_trip_per_node(redis_cluster, client):
+    """The scheduler and the reaper read each queue's indexes (one per queue in cluster
+    mode) in pipelines: a pass over 300 queues costs a few requests per node, not one per
+    queue and index, and never asks a server for a command's keys."""
+    for number in range(300):
+        client.get_queue(f"many-{number:03d}").enqueue("x")
+    nodes = [redis_cluster.client(port) for port in redis_cluster.ports]
+    before = [requests_received(node) for node in nodes]
+    enqueue_due_tasks(client)
+    Reaper(client).reap()
+    sent = sum(requests_received(node) - was for node, was in zip(nodes, before, strict=True))
+    assert sent < 100  # 300 queues x 5 indexes read one by one would be 1,500
+    assert not any("command|getkeys" in command_calls(node) for node in nodes)
