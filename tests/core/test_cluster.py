@@ -264,3 +264,20 @@ def test_a_pass_reads_every_queues_indexes_in_a_round_trip_per_node(redis_cluste
     sent = sum(requests_received(node) - was for node, was in zip(nodes, before, strict=True))
     assert sent < 100  # 300 queues x 5 indexes read one by one would be 1,500
     assert not any("command|getkeys" in command_calls(node) for node in nodes)
+
+
+def test_a_periodic_run_is_claimed_and_enqueued_in_one_transaction(client, queues):
+    """enqueue_periodic's WATCH/MULTI holds the guard key and the enqueue script, both in the
+    queue's slot."""
+    made = lambda: ("tick", {})  # noqa: E731
+    assert client.protocol.enqueue_periodic(queues[0], 100.0, make_task=made) == []
+    [task_id] = client.protocol.enqueue_periodic(queues[0], 160.0, make_task=made)
+    assert client.protocol.enqueue_periodic(queues[0], 160.0, make_task=made) is None
+    assert task_id.endswith(f"{{{queues[0]}}}") and status(client, task_id) == "pending"
+    assert client.redis.get(client.keys.periodic(queues[0])) == "160.0"
+
+
+def test_a_batch_of_several_script_calls_is_one_transaction(client, queues):
+    ids = client.get_queue(queues[1]).enqueue_many(["x"] * 2500)  # 3 calls in one MULTI
+    assert len(set(ids)) == 2500
+    assert client.redis.llen(client.keys.pending(queues[1])) == 2500
