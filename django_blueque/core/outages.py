@@ -1,9 +1,11 @@
 """Redis being away, and how every loop of the engine rides it out.
 
 Redis can be unreachable, restarting (LOADING), failing over (READONLY, MASTERDOWN), full
-(OOM under ``noeviction``) or busy (a long script). None of that may make a task lose its
-lease or its result, nor a listener, scheduler or reaper exit: each waits with a growing pause,
-logs one line when Redis goes away and one when it answers again, and carries on.
+(OOM under ``noeviction``), busy (a long script), or, in a cluster, moving a slot (TRYAGAIN,
+a script's "non local key") or failing a node over (CLUSTERDOWN, redis-py's ClusterError).
+None of that may make a task lose its lease or its result, nor a listener, scheduler or
+reaper exit: each waits with a growing pause, logs one line when Redis goes away and one when
+it answers again, and carries on.
 """
 
 import logging
@@ -13,7 +15,7 @@ import redis
 
 TRANSIENT_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError,
                     redis.exceptions.OutOfMemoryError, redis.exceptions.TryAgainError,
-                    redis.exceptions.ClusterDownError)
+                    redis.exceptions.ClusterError)
 _TRANSIENT_CODES = ("LOADING", "READONLY", "OOM", "BUSY", "MASTERDOWN", "NOREPLICAS", "TRYAGAIN",
                     "CLUSTERDOWN")
 
@@ -29,7 +31,8 @@ def is_transient(exc: BaseException) -> bool:
     # a script that hit the condition reports it as "<CODE> ... script: ..." or inside an ERR
     return isinstance(exc, redis.ResponseError) and (
         message.startswith(_TRANSIENT_CODES)
-        or any(f" {code} " in f" {message} " for code in ("OOM", "READONLY", "LOADING")))
+        or any(f" {code} " in f" {message} " for code in ("OOM", "READONLY", "LOADING"))
+        or "non local key" in message)
 
 
 class Outage:

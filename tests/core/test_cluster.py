@@ -10,11 +10,15 @@ import time
 import uuid
 
 import pytest
+import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import ClusterDownError, ClusterError, TryAgainError
 
 from django_blueque.core import Client, bulk, enqueue_due_tasks, reap
 from django_blueque.core import keys as k
+from django_blueque.core.cluster import slot_moving
 from django_blueque.core.maintenance import Reaper
+from django_blueque.core.outages import is_transient
 from tests.core.callbacks import RUNS_KEY
 from tests.core.helpers import Runner, command_calls, requests_received, wait_for
 
@@ -281,3 +285,19 @@ def test_a_batch_of_several_script_calls_is_one_transaction(client, queues):
     ids = client.get_queue(queues[1]).enqueue_many(["x"] * 2500)  # 3 calls in one MULTI
     assert len(set(ids)) == 2500
     assert client.redis.llen(client.keys.pending(queues[1])) == 2500
+
+
+@pytest.mark.parametrize("error, transient", [
+    (TryAgainError("Multiple keys request during rehashing of slot"), True),
+    (ClusterDownError("The cluster is down"), True),
+    (ClusterError("TTL exhausted."), True),
+    (redis.ResponseError("Script attempted to access a non local key in a cluster node "
+                         "script: 9e63..., on @user_script:209."), True),
+    (redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+     False),
+])
+def test_a_cluster_refusal_is_an_outage_not_an_error(error, transient):
+    """Every loop waits through a slot that moves or a node that fails over (outages.py);
+    only a refusal that wrote nothing is retried at once by ClusterProtocol."""
+    assert is_transient(error) is transient
+    assert slot_moving(error) is (transient and not isinstance(error, ClusterDownError))
