@@ -108,7 +108,7 @@ class TaskProcesses:
             self._before_fork()
         read_end, write_end = os.pipe()
         process = TaskProcess(self._protocol, self.listener_id, self._callback, self.policy,
-                              self._on_task_end)
+                              self._on_task_end, self.queues)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:

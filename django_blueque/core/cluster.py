@@ -101,6 +101,15 @@ class ClusterProtocol(Protocol):
         return [None if isinstance(reply, Exception) and slot_moving(reply) else reply
                 for reply in replies]
 
+    def connect(self, queues: Sequence[str]) -> None:
+        """A PING to the node of each queue's slot, each on that node's own pool (the one
+        the queue's scripts then use)."""
+        nodes = {node.name: node for node in (
+            self.cluster.get_node_from_key(self.keys.pending(queue))  # type: ignore[no-untyped-call]
+            for queue in queues)}
+        for node in nodes.values():
+            node.redis_connection.ping()
+
     def slot_groups(self, queues: Sequence[str]) -> list[list[str]]:
         """One queue per group: each has its own slot."""
         return [[queue] for queue in queues]

@@ -47,8 +47,9 @@ def encode_result(result):
 class TaskProcess:
     """What a forked task process needs from its listener, and its main()."""
 
-    def __init__(self, protocol, listener_id, callback, policy, on_task_end=None):
+    def __init__(self, protocol, listener_id, callback, policy, on_task_end=None, queues=()):
         self.protocol = protocol
+        self.queues = queues  # its listener's: where its task will come from
         self.listener_id = listener_id
         self.callback = callback
         self.policy = policy
@@ -64,7 +65,7 @@ class TaskProcess:
             signal.signal(signal.SIGTERM, _raise_stop)
             keeper = LeaseKeeper()
             keeper.start()  # a thread's first start costs most: done before the task comes
-            _connect(self.protocol)
+            _connect(self.protocol, self.queues)
             handed = _read_all(start_pipe)
             if handed:
                 random.seed()  # not the listener's sequence, nor its other children's
@@ -144,13 +145,14 @@ def record_end(running, step):
         time.sleep(pause)
 
 
-def _connect(protocol):
-    """Open this process's own connection to Redis while it waits for its task: a new
-    connection (redis-py's handshake) costs more than the task's whole end script, and would
-    otherwise be paid after the task's code, on the way to the listener's next task. Redis
-    being away now is no matter: the end is recorded as patiently as ever."""
+def _connect(protocol, queues):
+    """Open this process's own connection to Redis (to the node of each queue in a cluster)
+    while it waits for its task: a new connection (redis-py's handshake) costs more than the
+    task's whole end script, and would otherwise be paid after the task's code, on the way to
+    the listener's next task. Redis being away now is no matter: the end is recorded as
+    patiently as ever."""
     try:
-        protocol.redis.ping()
+        protocol.connect(queues)
     except redis.RedisError:
         pass
 
