@@ -252,7 +252,7 @@ class AcknowledgedProtocol(Protocol):
     failover then cannot forget a start (the task would run twice) or a result (it would run
     again). Costs one WAIT round trip (to the replica) per start and per end."""
 
-    ACKNOWLEDGED = ("start", "finish")
+    ACKNOWLEDGED = ("start", "take", "finish")  # take: the runner's reserve and start
 
     def __init__(self, redis_client: redis.Redis, prefix: str, replicas: int,
                  timeout: float) -> None:
