@@ -10,7 +10,7 @@ from pathlib import Path
 import redis
 
 from .ledger import read_events
-from .servers import children_of, wait_for_ping, waiting_on_pipe
+from .servers import children_of, wait_for_ping, waiting_for_its_task
 
 LEASE = 15.0  # the engine's listener and task lease, which the long stops must outlast
 QUEUES = ("soak.short", "soak.sleep", "soak.eta", "soak.flaky", "soak.doomed")
@@ -220,13 +220,13 @@ class Faults:
 
     def spare_kill(self):
         """SIGKILL a listener's idle pre-forked task process: a child of bq_listen sleeping on
-        its start pipe, with no start in the side channel."""
+        its hand-over socket, with no start in the side channel."""
         deadline = time.monotonic() + 30  # none in a burst or while stopping: wait
         while time.monotonic() < deadline:
             known = {event.pid for event in read_events(self.soak.events_path)}
             spares = [(pid, listener) for listener in self._listeners()
                       for pid in children_of(listener.pid)
-                      if pid not in known and waiting_on_pipe(pid)]
+                      if pid not in known and waiting_for_its_task(pid)]
             if spares:
                 pid, listener = self.rng.choice(spares)
                 try:

@@ -261,10 +261,10 @@ def children_of(pid):
     return found
 
 
-def waiting_on_pipe(pid):
-    """True if the process's main thread sleeps in a pipe read: a spare task process waiting
-    for its task (the kernel names the wait ``pipe_read`` or ``anon_pipe_read``)."""
+def waiting_for_its_task(pid):
+    """True if the process's main thread sleeps in a read of a local socket: a spare task
+    process waiting for its task (the kernel names the wait ``unix_stream_read_generic``)."""
     try:
-        return "pipe_read" in Path(f"/proc/{pid}/wchan").read_text()
+        return "unix_stream_read" in Path(f"/proc/{pid}/wchan").read_text()
     except OSError:
         return False

@@ -1,5 +1,5 @@
 """The listener's task processes: forked ahead of need (a spare), each given a task as it takes
-it (reserved and started with the process's pid in one script) and handed it through a pipe,
+it (reserved and started with the process's pid in one script) and handed it through a socket,
 watched until they exit, stopped on a timeout or a cancellation (SIGTERM, then SIGKILL), and the
 end of one that died without reporting recorded for it. A mixin of ForkingRunner (runner.py),
 whose state (children, spare, backlog, policy) it shares."""
@@ -11,6 +11,7 @@ import logging
 import os
 import random
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_blueque.listener")
 task_logger = logging.getLogger("django_blueque.task")
 
+BEGIN_WAIT = 0.05
+"""How long the fork of the next spare waits for the task just handed over to begin: on a
+machine of few cores, a fork (and the new process's connection) beside the hand-over delays the
+task's code by a millisecond, so it comes once the task's process says its code is starting."""
+
 UNSURE_SECONDS = 60.0
 """How long the token of a take whose reply was lost is looked for in the reserved lists
 (see _settle_unsure): Redis runs such a call whenever it reads it, as late as it resumes."""
@@ -53,6 +59,22 @@ class Child:
         self.label = printable(task_id)  # for log lines: an id from Redis may hold newlines
 
 
+class Handover:
+    """The listener's end of a task process's socket once its task is written: readable when
+    the process says its code is starting, or when it ends; waited on like a peek."""
+
+    __slots__ = ("sock", "until")
+
+    def __init__(self, sock: socket.socket, until: float) -> None:
+        self.sock, self.until = sock, until
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def settle(self) -> None:
+        self.sock.close()
+
+
 class TaskProcesses:
     """ForkingRunner's half that forks, hands over, watches and records its task processes."""
 
@@ -69,7 +91,8 @@ class TaskProcesses:
         burst: bool
         kill_grace: float
         _backlog: list[Callable[[], object]]
-        _spare: tuple[int, int] | None
+        _spare: tuple[int, socket.socket] | None
+        _handover: Handover | None
         _unsure: dict[str, tuple[str, float, int]]
         _next_settle: float
 
@@ -103,20 +126,23 @@ class TaskProcesses:
             os._exit(0)
 
     def _spawn(self):
-        """Fork a task process that waits, on a pipe, for the task it is to run."""
+        """Fork a task process that waits, on a socket, for the task it is to run (and says
+        on it when the task's code starts)."""
         if self._before_fork:
             self._before_fork()
-        read_end, write_end = os.pipe()
+        ours, its = socket.socketpair()
         process = TaskProcess(self._protocol, self.listener_id, self._callback, self.policy,
                               self._on_task_end, self.queues)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            os.close(write_end)
+            ours.close()
+            if self._handover is not None:
+                self._handover.sock.close()  # another process's
             self._forget_wakeup()
-            process.main(read_end, parent)  # never returns
-        os.close(read_end)
-        return pid, write_end
+            process.main(its.detach(), parent)  # never returns
+        its.close()
+        return pid, ours
 
     def _take(self, queue: str, current: float) -> tuple[str, str, Any] | None:
         """Reserve the queue's next task and start it in the spare process, in one step, and
@@ -154,14 +180,14 @@ class TaskProcesses:
             if current - sent > UNSURE_SECONDS:
                 del self._unsure[token]
 
-    def _ready_spare(self) -> tuple[int, int]:
+    def _ready_spare(self) -> tuple[int, socket.socket]:
         """The spare task process, forked now if there is none (or it died): the task is
         started with its pid (take.lua), so the fork is not on the way from enqueue to the
         task's code when the listener was idle, nor between two tasks of a queue."""
         if self._spare is not None and not _running_child(self._spare[0]):
             logger.warning("listener %s: spare task process %d had died; forking another",
                            self.listener_id, self._spare[0])
-            os.close(self._spare[1])
+            self._spare[1].close()
             self._spare = None
         if self._spare is None:
             self._spare = self._spawn()
@@ -170,12 +196,13 @@ class TaskProcesses:
     def _hand_over(self, queue: str, token: str, task_id: str, outcome: str,
                    reply: dict[str, str] | int | str) -> None:
         """After a take: the spare process runs the task it started (its fields go through
-        the pipe), or, if the start was refused, exits with nothing to run (a task reserved
+        the socket), or, if the start was refused, exits with nothing to run (a task reserved
         but refused by a key of the wrong type goes back to the queue once it has exited)."""
         if outcome == "skipped":
             return
         assert self._spare is not None  # _take readied it
-        pid, write_end = self._spare
+        pid, sock = self._spare
+        unsent: socket.socket | None = sock  # closed below unless it becomes the handover
         self._spare = None
         self.tasks_taken += 1
         fields = reply if isinstance(reply, dict) else {}
@@ -183,9 +210,12 @@ class TaskProcesses:
         child = self.children[pid] = Child(pid, queue, task_id, token, timeout)
         try:
             if fields:
-                _write_all(write_end, json.dumps({"queue": queue, "token": token,
-                                                  "id": task_id, "fields": fields}).encode())
+                sock.sendall(json.dumps({"queue": queue, "token": token, "id": task_id,
+                                         "fields": fields}).encode())
                 child.handed = True
+                sock.shutdown(socket.SHUT_WR)  # the end of the task: the process reads it
+                self._drop_handover()
+                self._handover, unsent = Handover(sock, time.monotonic() + BEGIN_WAIT), None
                 task_logger.info("task %s (%s) started in pid %d", printable(task_id), queue, pid)
             elif outcome == "unstarted":
                 task_logger.error("task %s (%s) not started: %s", printable(task_id), queue,
@@ -197,21 +227,38 @@ class TaskProcesses:
         except OSError:
             pass  # the process died before it got the task: _child_ended puts it back
         finally:
-            os.close(write_end)
+            if unsent is not None:
+                unsent.close()
 
     def _keep_spare(self) -> None:
         """Have a spare task process ready (not in burst mode, where the listener is about to
         exit), busy slots or not: forked while tasks run, it is there the moment one ends, so a
-        queue drains without a fork between two tasks (the spare runs nothing until then)."""
-        if self._spare is None and not self.burst and self._accepting():
+        queue drains without a fork between two tasks (the spare runs nothing until then).
+        Not while the task just handed over is on its way to its code (see BEGIN_WAIT)."""
+        if self._spare is None and not self.burst and self._accepting() and not self._handing():
             self._spare = self._spawn()
+
+    def _handing(self) -> bool:
+        """Whether the task last handed over is still on its way to its code: until then,
+        and at most BEGIN_WAIT, the listener forks nothing, nor takes another task (which
+        needs a spare)."""
+        if self._handover is not None and (self._handover.sock.fileno() == -1
+                                           or time.monotonic() >= self._handover.until):
+            self._drop_handover()
+        return self._handover is not None
+
+    def _drop_handover(self) -> None:
+        if self._handover is not None:
+            self._handover.settle()
+            self._handover = None
 
     def _drop_spare(self) -> None:
         """Let the spare process go: on end of file it exits at once, unused."""
+        self._drop_handover()
         if self._spare is not None:
-            pid, write_end = self._spare
+            pid, sock = self._spare
             self._spare = None
-            os.close(write_end)
+            sock.close()
             try:
                 os.waitpid(pid, 0)
             except ChildProcessError:
@@ -230,7 +277,7 @@ class TaskProcesses:
             if self._spare is not None and pid == self._spare[0]:
                 logger.warning("listener %s: spare task process %d %s while idle; forking "
                                "another", self.listener_id, pid, describe_exit(status))
-                os.close(self._spare[1])
+                self._spare[1].close()
                 self._spare = None
                 continue
             child = self.children.pop(pid, None)
@@ -355,9 +402,3 @@ def _running_child(pid):
 def printable(text: str) -> str:
     """An id or name from Redis as one log line: control characters escaped."""
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]

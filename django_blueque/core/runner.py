@@ -123,7 +123,8 @@ class ForkingRunner(TaskProcesses):
         self._next_beat = self._next_duties = 0.0
         self._sent_info: dict[str, object] | None = None
         self._lease = 0.0  # the ttl of the last heartbeat
-        self._spare = None  # (pid, pipe) of a task process forked ahead, waiting for a task
+        self._spare = None  # (pid, socket) of a task process forked ahead, waiting for a task
+        self._handover = None  # the task last handed over, until its code starts
         self._rotation = 0
 
     # -- the listener's loop -----------------------------------------------------------------
@@ -173,6 +174,11 @@ class ForkingRunner(TaskProcesses):
     def _accepting(self) -> bool:
         return self._stops == 0 and (self.max_tasks is None or self.tasks_taken < self.max_tasks)
 
+    def _can_take(self) -> bool:
+        """A slot is free, and no task handed over is still on its way to its code."""
+        return len(self.children) < self.concurrency and self._accepting() and not (
+            self._handing())
+
     def _loop(self) -> None:
         while True:
             self._collect_children()
@@ -209,7 +215,8 @@ class ForkingRunner(TaskProcesses):
                 continue
             self._outage.recovered()
             self._keep_spare()
-            self._wait(self._next_wakeup() - time.monotonic(), self._armed_peeks())
+            self._wait(self._next_wakeup() - time.monotonic(),
+                       self._armed_peeks() + ([self._handover] if self._handing() else []))
 
     def _wait(self, timeout: float, waiters: list[Any]) -> None:
         try:
@@ -235,6 +242,8 @@ class ForkingRunner(TaskProcesses):
             times.append(self._next_duties)
         if self._backlog:
             times.append(time.monotonic() + 1.0)
+        if self._handover:
+            times.append(self._handover.until)
         times += self._quarantine.values()
         for child in self.children.values():
             if child.deadline and not child.stop_reason:
@@ -317,9 +326,9 @@ class ForkingRunner(TaskProcesses):
                   if not self._waiters[queue].armed  # armed: empty, and nothing came since
                   and queue not in self._quarantine]
         self._rotation = (self._rotation + 1) % len(self.queues)
-        while queues and len(self.children) < self.concurrency and self._accepting():
+        while queues and self._can_take():
             for queue in list(queues):
-                if len(self.children) >= self.concurrency or not self._accepting():
+                if not self._can_take():
                     break
                 try:
                     taken = self._take(queue, current)

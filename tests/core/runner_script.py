@@ -5,7 +5,7 @@
         then blocks; SIGTERM stops it. Exit status 0 on a clean stop, 3 otherwise. --duties S runs
         enqueue_due_tasks() and a Reaper's pass every S seconds in the listener. --policy JSON
         gives every queue that policy; --slow-end makes on_task_end take 12 s; --cluster: URL
-        names a node of a Redis Cluster.
+        names a node of a Redis Cluster; --begin-wait S sets children.BEGIN_WAIT.
     reap URL --at T
         Waits until Unix time T, runs one reap(), prints its actions as JSON.
     enqueue-due URL --at T --until T2
@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from django_blueque.core import Client, ForkingRunner, enqueue_due_tasks, reap
+from django_blueque.core import Client, ForkingRunner, children, enqueue_due_tasks, reap
 from django_blueque.core.maintenance import Reaper
 from tests.core import callbacks
 
@@ -34,6 +34,8 @@ def _sleep_until(moment):
 def run(args):
     client = Client(args.url, cluster=args.cluster)
     callbacks.URL, callbacks.CLUSTER = args.url, args.cluster
+    if args.begin_wait is not None:
+        children.BEGIN_WAIT = args.begin_wait
     client_duties = None
     if args.duties:
         reaper = Reaper(client)
@@ -86,6 +88,8 @@ def main(argv=None):
     runner.add_argument("--duties", type=float, default=None)
     runner.add_argument("--policy", default=None, help="the queues' policy, as JSON")
     runner.add_argument("--cluster", action="store_true", help="a Redis Cluster's node URL")
+    runner.add_argument("--begin-wait", type=float, default=None,
+                        help="how long the next spare's fork waits for a handed task to begin")
     runner.add_argument("--slow-end", action="store_true",
                         help="on_task_end sleeps 12 s, then RPUSHes the task id to 'ended'")
     reaper = commands.add_parser("reap")
