@@ -37,7 +37,8 @@ task_logger = logging.getLogger("django_blueque.task")
 BEGIN_WAIT = 0.05
 """How long the fork of the next spare waits for the task just handed over to begin: on a
 machine of few cores, a fork (and the new process's connection) beside the hand-over delays the
-task's code by a millisecond, so it comes once the task's process says its code is starting."""
+task's code by a millisecond, so it comes once the task's process says its code is starting.
+Not when more tasks wait in the queue: a drain needs the spare before the task ends."""
 
 UNSURE_SECONDS = 60.0
 """How long the token of a take whose reply was lost is looked for in the reserved lists
@@ -144,7 +145,7 @@ class TaskProcesses:
         its.close()
         return pid, ours
 
-    def _take(self, queue: str, current: float) -> tuple[str, str, Any] | None:
+    def _take(self, queue: str, current: float) -> tuple[str, str, Any, bool] | None:
         """Reserve the queue's next task and start it in the spare process, in one step, and
         hand it over (see children.py)."""
         token = new_token()
@@ -194,10 +195,12 @@ class TaskProcesses:
         return self._spare
 
     def _hand_over(self, queue: str, token: str, task_id: str, outcome: str,
-                   reply: dict[str, str] | int | str) -> None:
+                   reply: dict[str, str] | int | str, more: bool) -> None:
         """After a take: the spare process runs the task it started (its fields go through
         the socket), or, if the start was refused, exits with nothing to run (a task reserved
-        but refused by a key of the wrong type goes back to the queue once it has exited)."""
+        but refused by a key of the wrong type goes back to the queue once it has exited).
+        Unless ``more`` tasks wait, the listener then waits for the task to begin (see
+        BEGIN_WAIT): with more, the next spare is needed at once."""
         if outcome == "skipped":
             return
         assert self._spare is not None  # _take readied it
@@ -215,7 +218,8 @@ class TaskProcesses:
                 child.handed = True
                 sock.shutdown(socket.SHUT_WR)  # the end of the task: the process reads it
                 self._drop_handover()
-                self._handover, unsent = Handover(sock, time.monotonic() + BEGIN_WAIT), None
+                if not more:
+                    self._handover, unsent = Handover(sock, time.monotonic() + BEGIN_WAIT), None
                 task_logger.info("task %s (%s) started in pid %d", printable(task_id), queue, pid)
             elif outcome == "unstarted":
                 task_logger.error("task %s (%s) not started: %s", printable(task_id), queue,

@@ -247,12 +247,12 @@ class Protocol(UpkeepOperations, AdminOperations):
 
     def take(self, queue: str, listener_id: str, token: str, pid: int,
              lease_ttl: float = LEASE_TTL
-             ) -> tuple[str, str, dict[str, str] | int | str] | None:
+             ) -> tuple[str, str, dict[str, str] | int | str, bool] | None:
         """reserve, then start with ``pid``, in one step (take.lua: the runner's way, its task
         process forked ahead). None when the queue is empty, else ``(task id, 'ok', start's
-        reply)``, ``(task id, 'skipped', why)`` (dropped, as reserve drops it) or
-        ``(task id, 'unstarted', why)`` (reserved, but a key of the wrong type refused the
-        start: the caller puts it back)."""
+        reply, more)`` (more: other tasks wait in the queue), ``(task id, 'skipped', why,
+        False)`` (dropped, as reserve drops it) or ``(task id, 'unstarted', why, False)``
+        (reserved, but a key of the wrong type refused the start: the caller puts it back)."""
         keys, args = self._reserve_call(queue, listener_id, token)
         found = self.script("take")(
             keys=[*keys, self.keys.started(queue), self.keys.failed(queue),
@@ -262,10 +262,10 @@ class Protocol(UpkeepOperations, AdminOperations):
                   self.keys.failed_of_type(queue, "")])
         if found is None:
             return None
-        task_id, outcome, reply = found
+        task_id, outcome, reply, *more = found
         if isinstance(reply, list):
             reply = dict(zip(reply[::2], reply[1::2], strict=True))
-        return task_id, outcome, reply
+        return task_id, outcome, reply, bool(more and more[0])
 
     def _reserve_call(self, queue: str, listener_id: str, token: str
                       ) -> tuple[list[str], list[WireValue]]:

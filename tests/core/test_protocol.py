@@ -53,6 +53,22 @@ def test_enqueue_writes_exactly_blueque1s_hash_list_and_queue_score(client, r):
     assert sent == {"hset": 1, "zincrby": 1, "lpush": 1}
 
 
+def test_take_says_whether_more_tasks_wait_in_the_queue(client, proto):
+    """The runner forks its next spare at once when more tasks wait (a drain needs it before
+    the task ends), and after the task has begun otherwise (children.BEGIN_WAIT)."""
+    queue = client.get_queue("q")
+    first, second = queue.enqueue("1"), queue.enqueue("2")
+    assert proto.take("q", "host-a_101", "t1", 4242)[::3] == (first, True)
+    assert proto.take("q", "host-a_101", "t2", 4243)[::3] == (second, False)
+    urgent, plain = queue.enqueue("3", priority=5), queue.enqueue("4")
+    assert proto.take("q", "host-a_101", "t3", 4244)[::3] == (urgent, True)
+    assert proto.take("q", "host-a_101", "t4", 4245)[::3] == (plain, False)
+    later, last = queue.enqueue("5", priority=-5), queue.enqueue("6", priority=-5)
+    assert proto.take("q", "host-a_101", "t5", 4246)[::3] == (later, True)
+    assert proto.take("q", "host-a_101", "t6", 4247)[::3] == (last, False)
+    assert proto.take("q", "host-a_101", "t7", 4248) is None
+
+
 def test_enqueue_pushes_at_the_head_and_reserve_takes_the_tail(client, proto, r):
     first, second = client.get_queue("q").enqueue("a"), client.get_queue("q").enqueue("b")
     assert r.lrange("blueque_pending_tasks_q", 0, -1) == [second, first]

