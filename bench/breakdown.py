@@ -86,7 +86,7 @@ def stages(path, enqueued):
             continue
         ended = first["finish"][3]
         collected = [e for e in mine if e[0] == "collected" and e[3] >= ended]
-        spare = [e for e in mine if e[0] == "fork_spare" and e[2] >= ended]
+        spare = [e for e in mine if e[0] == "fork_spare" and e[2] >= first["take"][3]]
         if not collected:
             continue
         first["collected"] = collected[0]
@@ -95,7 +95,7 @@ def stages(path, enqueued):
             "enqueue call to the listener woken": (first["woken"][3] - at) * ms,
             "take (reserve + start, one script round trip)":
                 (first["take"][3] - first["take"][2]) * ms,
-            "take returned to the task's code (pipe hand-over, set-up in the child)":
+            "take returned to the task's code (socket hand-over, set-up in the child)":
                 (first["callback"][2] - first["take"][3]) * ms,
             "finish in the child (new connection + script)":
                 (first["finish"][3] - first["finish"][2]) * ms,
@@ -103,6 +103,8 @@ def stages(path, enqueued):
                 (first["collected"][3] - first["finish"][3]) * ms,
             "fork of the next spare (in the listener)":
                 (spare[0][3] - spare[0][2]) * ms if spare else 0.0,
+            "task's code started to the next spare's fork begun":
+                (spare[0][2] - first["callback"][2]) * ms if spare else 0.0,
             "enqueue call to the task's code (pickup)": (first["callback"][2] - at) * ms,
         })
     return rows
