@@ -138,8 +138,6 @@ class TaskProcesses:
         pid = os.fork()
         if pid == 0:
             ours.close()
-            if self._handover is not None:
-                self._handover.sock.close()  # another process's
             self._forget_wakeup()
             process.main(its.detach(), parent)  # never returns
         its.close()
@@ -217,7 +215,6 @@ class TaskProcesses:
                                          "fields": fields}).encode())
                 child.handed = True
                 sock.shutdown(socket.SHUT_WR)  # the end of the task: the process reads it
-                self._drop_handover()
                 if not more:
                     self._handover, unsent = Handover(sock, time.monotonic() + BEGIN_WAIT), None
                 task_logger.info("task %s (%s) started in pid %d", printable(task_id), queue, pid)
@@ -245,7 +242,7 @@ class TaskProcesses:
     def _handing(self) -> bool:
         """Whether the task last handed over is still on its way to its code: until then,
         and at most BEGIN_WAIT, the listener forks nothing, nor takes another task (which
-        needs a spare)."""
+        needs a spare); so no process ever inherits a handover, and one replaces none."""
         if self._handover is not None and (self._handover.sock.fileno() == -1
                                            or time.monotonic() >= self._handover.until):
             self._drop_handover()

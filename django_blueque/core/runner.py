@@ -176,8 +176,8 @@ class ForkingRunner(TaskProcesses):
 
     def _can_take(self) -> bool:
         """A slot is free, and no task handed over is still on its way to its code."""
-        return len(self.children) < self.concurrency and self._accepting() and not (
-            self._handing())
+        free = len(self.children) < self.concurrency and self._accepting()
+        return free and not self._handing()
 
     def _loop(self) -> None:
         while True:
