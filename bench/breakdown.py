@@ -97,8 +97,8 @@ def stages(path, enqueued):
                 (first["take"][3] - first["take"][2]) * ms,
             "take returned to the task's code (socket hand-over, set-up in the child)":
                 (first["callback"][2] - first["take"][3]) * ms,
-            "finish in the child (new connection + script)":
-                (first["finish"][3] - first["finish"][2]) * ms,
+            "the task's code to its end recorded (sent to the listener, finish.lua there)":
+                (first["finish"][3] - first["callback"][2]) * ms,
             "finish recorded to the exit collected (exit, SIGCHLD, waitpid)":
                 (first["collected"][3] - first["finish"][3]) * ms,
             "fork of the next spare (in the listener)":

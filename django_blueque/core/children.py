@@ -1,7 +1,8 @@
 """The listener's task processes: forked ahead of need (a spare), each given a task as it takes
-it (reserved and started with the process's pid in one script) and handed it through a socket,
-watched until they exit, stopped on a timeout or a cancellation (SIGTERM, then SIGKILL), and the
-end of one that died without reporting recorded for it. A mixin of ForkingRunner (runner.py),
+it (reserved and started with the process's pid in one script) and handed it through a socket
+(channel.py), on which it sends the task's end for the listener to record; watched until they
+exit, stopped on a timeout or a cancellation (SIGTERM, then SIGKILL), and the end of one that
+died without reporting recorded for it. A mixin of ForkingRunner (runner.py),
 whose state (children, spare, backlog, policy) it shares."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import keys as k
+from .channel import Channel
 from .outages import is_transient
 from .protocol import new_token
 from .task_process import TaskProcess, encode_result
@@ -47,7 +49,7 @@ UNSURE_SECONDS = 60.0
 
 class Child:
     __slots__ = ("pid", "queue", "task_id", "token", "deadline", "timeout", "stop_reason",
-                 "kill_at", "began", "handed", "label")
+                 "kill_at", "began", "handed", "label", "channel", "recorded")
 
     def __init__(self, pid, queue, task_id, token, timeout):
         self.pid, self.queue, self.task_id, self.token = pid, queue, task_id, token
@@ -58,22 +60,8 @@ class Child:
         self.kill_at = None
         self.handed = False  # the task reached the process: it may have begun
         self.label = printable(task_id)  # for log lines: an id from Redis may hold newlines
-
-
-class Handover:
-    """The listener's end of a task process's socket once its task is written: readable when
-    the process says its code is starting, or when it ends; waited on like a peek."""
-
-    __slots__ = ("sock", "until")
-
-    def __init__(self, sock: socket.socket, until: float) -> None:
-        self.sock, self.until = sock, until
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def settle(self) -> None:
-        self.sock.close()
+        self.channel: Channel | None = None
+        self.recorded = False  # its end was recorded by the listener, on its word
 
 
 class TaskProcesses:
@@ -93,7 +81,7 @@ class TaskProcesses:
         kill_grace: float
         _backlog: list[Callable[[], object]]
         _spare: tuple[int, socket.socket] | None
-        _handover: Handover | None
+        _handover: tuple[Channel, float] | None  # the task last handed over, until when
         _unsure: dict[str, tuple[str, float, int]]
         _next_settle: float
 
@@ -133,13 +121,16 @@ class TaskProcesses:
             self._before_fork()
         ours, its = socket.socketpair()
         process = TaskProcess(self._protocol, self.listener_id, self._callback, self.policy,
-                              self._on_task_end, self.queues)
+                              self._on_task_end)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             ours.close()
             self._forget_wakeup()
-            process.main(its.detach(), parent)  # never returns
+            for child in self.children.values():  # the listener's ends are not its own
+                if child.channel is not None:
+                    child.channel.close()
+            process.main(its, parent)  # never returns
         its.close()
         return pid, ours
 
@@ -212,11 +203,12 @@ class TaskProcesses:
         try:
             if fields:
                 sock.sendall(json.dumps({"queue": queue, "token": token, "id": task_id,
-                                         "fields": fields}).encode())
+                                         "fields": fields}).encode() + b"\n")
                 child.handed = True
-                sock.shutdown(socket.SHUT_WR)  # the end of the task: the process reads it
+                child.channel = Channel(sock, lambda end: self._record_end(child, end))
+                unsent = None
                 if not more:
-                    self._handover, unsent = Handover(sock, time.monotonic() + BEGIN_WAIT), None
+                    self._handover = (child.channel, time.monotonic() + BEGIN_WAIT)
                 task_logger.info("task %s (%s) started in pid %d", printable(task_id), queue, pid)
             elif outcome == "unstarted":
                 task_logger.error("task %s (%s) not started: %s", printable(task_id), queue,
@@ -242,20 +234,34 @@ class TaskProcesses:
     def _handing(self) -> bool:
         """Whether the task last handed over is still on its way to its code: until then,
         and at most BEGIN_WAIT, the listener forks nothing, nor takes another task (which
-        needs a spare); so no process ever inherits a handover, and one replaces none."""
-        if self._handover is not None and (self._handover.sock.fileno() == -1
-                                           or time.monotonic() >= self._handover.until):
-            self._drop_handover()
+        needs a spare)."""
+        if self._handover is not None:
+            channel, until = self._handover
+            if channel.begun or not channel.open or time.monotonic() >= until:
+                self._handover = None
         return self._handover is not None
 
-    def _drop_handover(self) -> None:
-        if self._handover is not None:
-            self._handover.settle()
-            self._handover = None
+    def _channels(self) -> list[Channel]:
+        """The sockets of the running task processes, to wait on for their ends."""
+        return [child.channel for child in self.children.values()
+                if child.channel is not None and child.channel.open]
+
+    def _record_end(self, child: Child, end: dict[str, Any]) -> str | None:
+        """Record the end a task process sent (channel.py); None when Redis did not take it
+        (the process then records it itself, patiently)."""
+        try:
+            outcome = self._finish(child, end["outcome"], end["value"], end["error_type"],
+                                   bool(end["retryable"]), end["traceback"], end["error_code"])
+        except (redis.RedisError, KeyError, TypeError, ValueError) as exc:
+            logger.info("listener %s: task %s: its process will record its end (%s)",
+                        self.listener_id, child.label, exc)
+            return None
+        child.recorded = True
+        return outcome
 
     def _drop_spare(self) -> None:
         """Let the spare process go: on end of file it exits at once, unused."""
-        self._drop_handover()
+        self._handover = None
         if self._spare is not None:
             pid, sock = self._spare
             self._spare = None
@@ -287,8 +293,11 @@ class TaskProcesses:
 
     def _child_ended(self, child, status):
         elapsed = time.monotonic() - child.began
-        if status == 0:
-            # a task's process exits 0 only once its end is recorded (or it was not its to run)
+        if child.channel is not None:
+            child.channel.close()
+        if status == 0 or child.recorded:
+            # a task's process exits 0 only once its end is recorded (or it was not its to
+            # run); one whose end the listener recorded may be stopped on its way out
             task_logger.info("task %s ended in %.3f s", child.label, elapsed)
             return
         if not child.handed:
@@ -319,11 +328,13 @@ class TaskProcesses:
             task_logger.warning("task %s never began in process %d; back to the queue",
                                 child.label, child.pid)
 
-    def _finish(self, child, outcome, value, error_type="", retryable=True):
+    def _finish(self, child, outcome, value, error_type="", retryable=True, traceback="",
+                error_code=""):
         return self._protocol.finish(
             child.queue, child.task_id, listener_id=self.listener_id, pid=child.pid,
             token=child.token, outcome=outcome, value=value, error_type=error_type,
-            retryable=retryable, policy=self.policy(child.queue))
+            traceback=traceback, error_code=error_code, retryable=retryable,
+            policy=self.policy(child.queue))
 
     def _record_or_later(self, record):
         """Record now, or once Redis answers again; a refusal that says the data is wrong is

@@ -101,17 +101,6 @@ class ClusterProtocol(Protocol):
         return [None if isinstance(reply, Exception) and slot_moving(reply) else reply
                 for reply in replies]
 
-    def connect(self, queues: Sequence[str]) -> None:
-        """A PING to the node of the queues' slots, on that node's own pool (the one their
-        scripts then use), when they are all on one node. On several, none: only one would
-        serve the task, and a connection costs its server more than the task's scripts (a
-        drain over 3 masters spent 1.4x the Redis CPU per task with one to each)."""
-        nodes = {node.name: node for node in (
-            self.cluster.get_node_from_key(self.keys.pending(queue))  # type: ignore[no-untyped-call]
-            for queue in queues)}
-        if len(nodes) == 1:
-            nodes.popitem()[1].redis_connection.ping()
-
     def slot_groups(self, queues: Sequence[str]) -> list[list[str]]:
         """One queue per group: each has its own slot."""
         return [[queue] for queue in queues]

@@ -183,11 +183,6 @@ class Protocol(UpkeepOperations, AdminOperations):
         in cluster mode, see ClusterProtocol)."""
         return [list(queues)] if queues else []
 
-    def connect(self, queues: Sequence[str]) -> None:
-        """Connect to where the keys of ``queues`` are (one PING; ClusterProtocol: one per
-        node of their slots)."""
-        self.redis.ping()
-
     def register_queues(self, queues: Sequence[str], listened: bool = False) -> None:
         """What a queue needs before its first task is written: nothing here (the scripts
         add it to the queues set); see ClusterProtocol."""

@@ -8,13 +8,15 @@ its children's exits and on signals (both through a wake-up pipe), and on the ne
 heartbeat, starts a task within milliseconds of its enqueue, and notices a child's death at once.
 The task itself is then reserved and started, in one atomic script (``take``), with the pid of
 a task process forked ahead, while the listener was idle or its tasks ran, and handed to that
-process through a pipe (a fork costs milliseconds; it is kept off the way from enqueue to the
-task's code, and from one task's end to the next one's start).
+process through a socket (a fork costs milliseconds; it is kept off the way from enqueue to the
+task's code, and from one task's end to the next one's start). The listener waits on those
+sockets too: a process sends its task's end there, and the listener records it (channel.py).
 
 A task's process renews its own lease from a thread, so it keeps running, and records its own
-end, even if its listener dies; it kills itself if it ever loses the lease (the reaper handed
-its task to someone else). The listener records the end of a child that died without
-reporting, guarded by the reservation token so a result already recorded is never overwritten.
+end when its listener does not answer, even if its listener dies; it kills itself if it ever
+loses the lease (the reaper handed its task to someone else). The listener records the end of
+a child that died without reporting, guarded by the reservation token so a result already
+recorded is never overwritten.
 
 Stopping: the first SIGTERM or SIGINT makes the listener take no new task and wait for its
 running tasks to end (waiting is the one way that never repeats hours of work). A second one
@@ -23,8 +25,8 @@ left to finish in their own processes, which hold their own leases and record th
 if they die, the reaper recovers their tasks after their lease expires.
 
 Where the rest lives: the blocking peek in waiter.py, the task processes (forking, hand-over,
-deadlines, recording a death) in children.py, what runs inside one in task_process.py, and its
-lease in lease.py.
+deadlines, recording a death) in children.py, the socket between the listener and each of them
+in channel.py, what runs inside one in task_process.py, and its lease in lease.py.
 """
 
 from __future__ import annotations
@@ -215,8 +217,9 @@ class ForkingRunner(TaskProcesses):
                 continue
             self._outage.recovered()
             self._keep_spare()
+            self._handing()  # a handover that began or expired stops counting
             self._wait(self._next_wakeup() - time.monotonic(),
-                       self._armed_peeks() + ([self._handover] if self._handing() else []))
+                       self._armed_peeks() + self._channels())
 
     def _wait(self, timeout: float, waiters: list[Any]) -> None:
         try:
@@ -243,7 +246,7 @@ class ForkingRunner(TaskProcesses):
         if self._backlog:
             times.append(time.monotonic() + 1.0)
         if self._handover:
-            times.append(self._handover.until)
+            times.append(self._handover[1])
         times += self._quarantine.values()
         for child in self.children.values():
             if child.deadline and not child.stop_reason:

@@ -1,11 +1,11 @@
 """The process that runs one task: forked by the listener ahead of time, handed its task
-through a socket (on which it says when the task's code starts), it runs the callback, records
-the end itself and exits.
+through a socket (channel.py), it runs the callback, has its end recorded and exits.
 
 It holds the task's lease (lease.py) from before the callback starts until its end is
 recorded, so the task survives its listener and is never recovered while it runs. Its end is
-recorded as patiently as the lease is kept: while Redis is away, it waits and tries again; a
-result is never dropped because Redis restarted or failed over.
+recorded by the listener when it answers (no connection of the process's own: see channel.py),
+else by the process itself, as patiently as the lease is kept: while Redis is away, it waits
+and tries again; a result is never dropped because Redis restarted or failed over.
 """
 
 import json
@@ -19,6 +19,7 @@ import time
 import redis
 
 from . import keys as k
+from .channel import ask_to_record, read_task, say_begun
 from .context import RunningTask, StopRequested, set_current_task
 from .lease import LeaseKeeper
 from .outages import Outage, is_transient
@@ -48,17 +49,16 @@ def encode_result(result):
 class TaskProcess:
     """What a forked task process needs from its listener, and its main()."""
 
-    def __init__(self, protocol, listener_id, callback, policy, on_task_end=None, queues=()):
+    def __init__(self, protocol, listener_id, callback, policy, on_task_end=None):
         self.protocol = protocol
-        self.queues = queues  # its listener's: where its task will come from
         self.listener_id = listener_id
         self.callback = callback
         self.policy = policy
         self.on_task_end = on_task_end
 
     def main(self, handover, parent_pid):
-        """Wait for a task on the ``handover`` socket (a descriptor), run it, record its end,
-        and exit (never returns)."""
+        """Wait for a task on the ``handover`` socket (channel.py), run it, have its end
+        recorded, and exit (never returns)."""
         code, task_id = 0, None
         try:
             os.setsid()
@@ -67,10 +67,9 @@ class TaskProcess:
             signal.signal(signal.SIGTERM, _raise_stop)
             keeper = LeaseKeeper()
             keeper.start()  # a thread's first start costs most: done before the task comes
-            _connect(self.protocol, self.queues)
             random.seed()  # not the listener's sequence, nor its other children's
             _rehearse(self.protocol)
-            handed = _read_all(handover)
+            handed = read_task(handover)
             if handed:
                 handed = json.loads(handed)
                 task_id = handed["id"]
@@ -93,7 +92,7 @@ class TaskProcess:
         running = RunningTask(self.protocol, task, token, timeout, queue)
         set_current_task(running)
         keeper.keep(running, parent_pid, own_process=True)
-        _say_begun(handover)
+        say_begun(handover)
         code = ""  # the exception's code attribute, for the error history
         try:
             value = encode_result(self.callback(task))
@@ -114,10 +113,11 @@ class TaskProcess:
             value, error_type, trace = error_fields(exc)
             code = error_code(exc)
             logger.error("task %s failed: %s", task.id, value, exc_info=True)
+        end = {"outcome": outcome, "value": value, "error_type": error_type, "traceback": trace,
+               "error_code": code, "retryable": error_type != k.CANCELLED}
         recorded = record_end(running, lambda: self.protocol.finish(
             queue, task.id, listener_id=self.listener_id, pid=os.getpid(), token=token,
-            outcome=outcome, value=value, error_type=error_type, traceback=trace,
-            error_code=code, retryable=error_type != k.CANCELLED, policy=policy))
+            policy=policy, **end), ask=lambda: ask_to_record(handover, end))
         if recorded == "stale":
             logger.warning("task %s: its end was not recorded: the task was recovered "
                            "elsewhere while this run went on (see the lease)", task.id)
@@ -126,11 +126,18 @@ class TaskProcess:
         return 0
 
 
-def record_end(running, step):
-    """Record a task's end with ``step`` (a protocol.finish call), retrying while Redis is
-    away for as long as it takes, and REFUSALS_TOLERATED times on other errors. Each attempt holds
-    ``running.recording``, so the lease keeper (which goes on renewing between attempts) never
-    sees the lease that the recording just released; ``running.finished`` is set with it."""
+def record_end(running, step, ask=None):
+    """Record a task's end: by ``ask`` (its listener; returns the outcome, or None), else with
+    ``step`` (a protocol.finish call), retrying while Redis is away for as long as it takes,
+    and REFUSALS_TOLERATED times on other errors. Each attempt holds ``running.recording``, so
+    the lease keeper (which goes on renewing between attempts) never sees the lease that the
+    recording just released; ``running.finished`` is set with it."""
+    if ask is not None:
+        with running.recording:
+            outcome = ask()
+            if outcome is not None:
+                running.finished.set()
+                return outcome
     outage = Outage(logger, f"task {running.id}: recording its end")
     refusals = 0
     while True:
@@ -149,44 +156,12 @@ def record_end(running, step):
         time.sleep(pause)
 
 
-def _connect(protocol, queues):
-    """Open this process's own connection to Redis (to the node of each queue in a cluster)
-    while it waits for its task: a new connection (redis-py's handshake) costs more than the
-    task's whole end script, and would otherwise be paid after the task's code, on the way to
-    the listener's next task. Redis being away now is no matter: the end is recorded as
-    patiently as ever."""
-    try:
-        protocol.connect(queues)
-    except redis.RedisError:
-        pass
-
-
 def _rehearse(protocol):
     """Go once, on made-up values, through what comes between the hand-over and the task's
     code, while waiting: a forked process pays a copy-on-write fault the first time it touches
     each page it shares with its listener (reference counts), 0.1 to 0.2 ms on this path."""
     handed = json.loads('{"queue": "q", "token": "t", "id": "i", "fields": {"attempts": "1"}}')
     RunningTask(protocol, Task(handed["id"], handed["fields"]), handed["token"], None, "q")
-
-
-def _read_all(fd):
-    """Everything the listener writes on the hand-over socket, up to its end (nothing: the
-    task is not to run, and the socket is closed)."""
-    chunks = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
-    if not chunks:
-        os.close(fd)
-    return b"".join(chunks)
-
-
-def _say_begun(fd):
-    """Tell the listener the task's code is starting: it forks its next spare then."""
-    try:
-        os.write(fd, b".")
-    except OSError:
-        pass  # the listener is gone or no longer waiting: nothing to tell
-    os.close(fd)
 
 
 def _raise_stop(signum, frame):

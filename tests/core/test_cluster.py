@@ -301,20 +301,3 @@ def test_a_cluster_refusal_is_an_outage_not_an_error(error, transient):
     only a refusal that wrote nothing is retried at once by ClusterProtocol."""
     assert is_transient(error) is transient
     assert slot_moving(error) is (transient and not isinstance(error, ClusterDownError))
-
-
-def test_task_processes_connect_to_their_queues_master_only(redis_cluster, client, runner):
-    """A task process connects while it waits for its task (task_process._connect): in
-    cluster mode to its queue's master, not to the node of the URL, once per task."""
-    queue = next(name for name in (f"away-{number}" for number in range(100))
-                 if redis_cluster.owner_port(redis_cluster.slot_of(f"{{{name}}}"))
-                 != redis_cluster.ports[0])
-    url_node = redis_cluster.client(redis_cluster.ports[0])
-    runner([queue])
-    wait_for(lambda: client.redis.scard(client.keys.listeners(queue)), message="the listener")
-    before = command_calls(url_node).get("ping", 0)
-    ids = client.get_queue(queue).enqueue_many(["x"] * 20)
-    wait_for(lambda: all(status(client, task_id) == "complete" for task_id in ids),
-             timeout=30, message="the tasks to complete")
-    # (the test's own callback connects to the URL's node: counted are the engine's PINGs)
-    assert command_calls(url_node).get("ping", 0) - before == 0

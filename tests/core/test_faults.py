@@ -80,6 +80,39 @@ def test_writes_refused_longer_than_a_lease_lose_nothing(client, r, start_runner
     assert "Redis answers again" in runner.output()
 
 
+def test_an_end_refused_to_the_listener_is_recorded_by_the_task_process(client, r, start_runner):
+    """The listener records a task's end for its process (channel.py); when Redis refuses it
+    the listener's write (READONLY: under OOM, finish.lua's first write frees memory and the
+    script goes through), the process records the end itself, once Redis takes writes again."""
+    task_id = client.get_queue("q").enqueue(job(sleep=1.5))
+    runner = start_runner()
+    wait_for(lambda: runs_of(r, task_id), 20, runner.describe)
+    undo = refuse_writes(r, "readonly")
+    try:
+        time.sleep(4)  # the task ended meanwhile: the listener was refused, then the process
+        assert client.get_task(task_id).status == "started"
+    finally:
+        undo()
+    ended_once(client, r, [task_id], runner, timeout=30)
+    assert "its process will record its end" in runner.output()
+
+
+def test_a_listener_stopped_at_a_tasks_end_leaves_the_end_to_the_task_process(client, r,
+                                                                              start_runner):
+    """A listener SIGSTOPped when its task ends does not answer: the process records its end
+    itself after ANSWER_WAIT, and the listener, resumed, goes on with the next task."""
+    first, second = client.get_queue("q").enqueue_many([job(wait_for="gate"), "next"])
+    runner = start_runner()
+    wait_for(lambda: runs_of(r, first), 20, runner.describe)
+    runner.signal(signal.SIGSTOP)
+    try:
+        r.set("gate", 1)
+        wait_for(lambda: client.get_task(first).status == "complete", 15, runner.describe)
+    finally:
+        runner.signal(signal.SIGCONT)
+    ended_once(client, r, [first, second], runner)
+
+
 def test_scripts_flushed_are_loaded_again(client, r, start_runner):
     """NOSCRIPT after SCRIPT FLUSH (or a failover to a server that never saw them)."""
     runner = start_runner()

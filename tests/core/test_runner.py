@@ -14,6 +14,7 @@ import redis
 
 from django_blueque.core import Client, reap, waiter
 from django_blueque.core import keys as k
+from django_blueque.core.channel import LARGEST_END
 from django_blueque.core.protocol import HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL
 from tests.core.callbacks import RUNS_KEY
 from tests.core.helpers import (
@@ -233,6 +234,34 @@ def test_the_next_spare_is_forked_at_once_when_more_tasks_wait(client, r, start_
         os.kill(spare, signal.SIGCONT)
     assert finished(client, stalled, runner).status == "complete"
     assert finished(client, after, runner).status == "complete"
+
+
+def test_the_listener_records_a_short_tasks_end_so_its_process_never_connects(client, r,
+                                                                              start_runner):
+    """A forked process's first Redis connection cost it more CPU than the rest of a short
+    task; the listener records the end it sends (channel.py). Before: one connection of the
+    engine's own per task process, beside the test callback's."""
+    runner = start_runner(concurrency=2)
+    registered(r, runner)
+    time.sleep(0.5)  # its spare is forked
+    before = r.info("stats")["total_connections_received"]
+    ids = client.get_queue("q").enqueue_many([job(**{"return": n}) for n in range(20)])
+    for n, task_id in enumerate(ids):
+        assert finished(client, task_id, runner).result == str(n)
+    connections = r.info("stats")["total_connections_received"] - before
+    assert connections <= 20 + 2, connections  # the callbacks' own (callbacks.py), no more
+
+
+def test_an_end_too_long_for_the_listener_is_recorded_by_its_process(client, start_runner):
+    """An end over LARGEST_END (a large result or traceback) is the process's to record."""
+    value = "x" * (LARGEST_END + 1000)
+    runner = start_runner()
+    big = client.get_queue("q").enqueue(job(**{"return": value}))
+    failing = client.get_queue("q").enqueue(job(**{"raise": value}))
+    assert finished(client, big, runner).result == value
+    task = finished(client, failing, runner)
+    assert (task.status, task.error) == ("failed", value)
+    assert value in task.traceback
 
 
 def test_garbage_in_the_pending_list_is_dropped(client, r, start_runner):

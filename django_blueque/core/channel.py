@@ -1,0 +1,138 @@
+"""The socket between a listener and one of its task processes (a socket pair made before the
+fork), and what goes through it:
+
+1. the listener writes the task (one JSON line; nothing, and the socket closed: the spare is
+   not to run);
+2. the process writes one byte when the task's code starts (the listener forks its next spare
+   then, see children.BEGIN_WAIT);
+3. at the task's end, the process writes how it ended (one JSON line) and the listener records
+   it with its own connection, then answers with the outcome.
+
+Why 3: a forked process's first Redis command costs it more CPU than all the rest of a short
+task (copy-on-write faults all through redis-py's connection code), so a process whose task is
+short never opens a connection of its own. The end is never lost with the listener: without an
+answer within ANSWER_WAIT (the listener gone or stopped, or Redis away from it), the process
+records its end itself, as patiently as ever; and one run's end counts once, whoever records
+it (finish.lua answers 'stale' to a second recording).
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+from collections.abc import Callable
+from typing import Any
+
+BEGUN = b"."
+NOT_RECORDED = "-"
+ANSWER_WAIT = 2.0
+"""Seconds a task process waits for its listener to record its end before recording it
+itself (a listener stopped, or blocked on a Redis that does not answer)."""
+LARGEST_END = 64 * 1024
+"""The longest end (result or traceback) a process sends to its listener: a longer one it
+records itself, so that the listener never buffers a large value."""
+
+
+# -- the task process's side ------------------------------------------------------------------
+# (writes with MSG_NOSIGNAL: a listener gone must be an error, not a SIGPIPE, whatever the task
+# did with that signal)
+
+def read_task(sock: socket.socket) -> bytes:
+    """The task the listener writes (a JSON line), or b'' if it closed the socket instead
+    (the task is not to run): then the socket is closed here too."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            if not data:
+                sock.close()
+            return data
+        data += chunk
+    return data
+
+
+def say_begun(sock: socket.socket) -> None:
+    """Tell the listener the task's code is starting: it forks its next spare then."""
+    try:
+        sock.send(BEGUN, socket.MSG_NOSIGNAL)
+    except OSError:
+        pass  # the listener is gone: at the end, the process records its end itself
+
+
+def ask_to_record(sock: socket.socket, end: dict[str, Any]) -> str | None:
+    """Have the listener record the task's ``end`` (finish's arguments); returns the outcome
+    it recorded, or None when the process must record it itself."""
+    if not isinstance(end["value"], (str, int, float)):
+        return None  # bytes: not for a JSON line
+    message = json.dumps(end).encode() + b"\n"
+    if len(message) > LARGEST_END:
+        return None
+    try:
+        sock.sendall(message, socket.MSG_NOSIGNAL)
+        answer = b""
+        while not answer.endswith(b"\n"):
+            if not select.select([sock], [], [], ANSWER_WAIT)[0]:
+                return None
+            chunk = sock.recv(256)
+            if not chunk:
+                return None
+            answer += chunk
+    except OSError:
+        return None
+    outcome = answer.decode(errors="replace").strip()
+    return None if outcome == NOT_RECORDED else outcome
+
+
+# -- the listener's side ----------------------------------------------------------------------
+
+class Channel:
+    """The listener's end of one task process's socket, once its task is written: waited on in
+    the listener's select like a peek. ``record(end)`` records an end the process sent and
+    returns the outcome, or None if it could not."""
+
+    __slots__ = ("sock", "begun", "inbox", "record")
+
+    def __init__(self, sock: socket.socket, record: Callable[[dict[str, Any]], str | None]
+                 ) -> None:
+        self.sock, self.record = sock, record
+        self.begun = False
+        self.inbox = b""
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    @property
+    def open(self) -> bool:
+        return self.sock.fileno() != -1
+
+    def settle(self) -> None:
+        """Read what the process wrote: its code began, or its end (recorded and answered)."""
+        try:
+            data = self.sock.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()  # the process exited (or closed it): nothing more will come
+            return
+        if not self.begun:
+            self.begun, data = True, data[len(BEGUN):]
+        self.inbox += data
+        if len(self.inbox) > LARGEST_END:
+            self.close()  # not what a task process sends: let it record its end itself
+        elif self.inbox.endswith(b"\n"):
+            try:
+                end = json.loads(self.inbox)
+            except ValueError:
+                end = None
+            self.inbox = b""
+            outcome = self.record(end) if isinstance(end, dict) else None
+            try:
+                self.sock.sendall(f"{outcome or NOT_RECORDED}\n".encode(), socket.MSG_NOSIGNAL)
+            except OSError:
+                pass  # it gave up waiting (or died): it records its end itself
+
+    def close(self) -> None:
+        self.sock.close()
