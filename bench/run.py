@@ -9,6 +9,7 @@ each figure means.
 """
 
 import argparse
+import contextlib
 import json
 import platform
 import signal
@@ -39,13 +40,15 @@ class System:
     label: str
     driver: str
     requirement: str | None  # what its virtualenv holds; None runs it with this interpreter
+    concurrent: bool  # one listener runs several tasks at once; else one listener per task slot
 
 
 SYSTEMS = [
-    System("ours", "ours", "ours.py", None),
-    System("blueque1", "blueque 1.0.1", "blueque1.py", "blueque==1.0.1"),
-    System("rq", "rq", "rq_driver.py", "rq"),
-    System("huey", "huey (threads)", "huey_driver.py", "huey[redis]"),
+    System("ours", "ours", "ours.py", None, True),
+    System("blueque1", "blueque 1.0.1", "blueque1.py", "blueque==1.0.1", False),
+    System("rq", "rq", "rq_driver.py", "rq", False),
+    System("huey", "huey (threads)", "huey_driver.py", "huey[redis]", True),
+    System("floor", "floor (bare fork)", "floor.py", None, True),
 ]
 
 
@@ -55,7 +58,7 @@ class Profile:
     rounds: int  # enqueue rounds, the median is reported
     batch: int  # tasks per batched enqueue call
     samples: int  # pickup latency samples
-    throughput_n: int  # no-op tasks through the listener
+    throughput_n: int  # no-op tasks per drain (rounds drains, the median is reported)
     idle_s: float  # window over which the idle listener's commands are counted
     settle_s: float  # pause after the warm-up task, before the idle window
 
@@ -75,7 +78,7 @@ ROWS = [
     ("enqueue_batched", "enqueue, batched", "tasks/s", True, "{:.0f}"),
     ("pickup_p50_ms", "pickup latency p50", "ms", False, "{:.1f}"),
     ("pickup_p99_ms", "pickup latency p99", "ms", False, "{:.1f}"),
-    ("fork_tasks_per_s", "no-op task through 1 listener", "tasks/s", True, "{:.0f}"),
+    ("fork_tasks_per_s", "no-op tasks, drained", "tasks/s", True, "{:.0f}"),
     ("fork_ms_per_task", "per-task overhead (median)", "ms", False, "{:.2f}"),
     ("idle_cmds_per_s", "idle listener Redis commands", "cmds/s", False, "{:.2f}"),
     ("idle_connections", "idle listener connections", "conns", False, "{:d}"),
@@ -92,8 +95,18 @@ def _last_line(path):
     return lines[-1] if lines else "(it wrote nothing)"
 
 
-def measure(system, python, url, profile, workdir):
-    """All figures for one system; the listener runs only for the part that needs it."""
+def listener_commands(system, driver, url, concurrency):
+    """The command lines that run ``concurrency`` tasks at once: one listener for a system that
+    can, else as many listeners (blueque 1.0 and RQ run one task per listener process)."""
+    if concurrency == 1:
+        return [[*driver, "listen", url]]
+    if system.concurrent:
+        return [[*driver, "listen", url, "--concurrency", str(concurrency)]]
+    return [[*driver, "listen", url]] * concurrency
+
+
+def measure(system, python, url, profile, workdir, concurrency):
+    """All figures for one system; the listeners run only for the part that needs them."""
     driver = [str(python), str(HERE / "drivers" / system.driver)]
 
     def role(name, *args, timeout):
@@ -108,9 +121,10 @@ def measure(system, python, url, profile, workdir):
                        "--batch", profile.batch, timeout=600)
         admin.flushall()
     listener_log = workdir / f"{system.name}-listener.log"
-    with open(listener_log, "w") as log_file, child(
-            [*driver, "listen", url], stdout=log_file, stderr=log_file,
-            start_new_session=True) as listener:
+    with open(listener_log, "w") as log_file, contextlib.ExitStack() as stack:
+        listeners = [stack.enter_context(child(argv, stdout=log_file, stderr=log_file,
+                                               start_new_session=True))
+                     for argv in listener_commands(system, driver, url, concurrency)]
         try:
             # One task first: the listener is up and through its first fork before measuring.
             role("latency", "--samples", 1, "--min-pause", 0, "--jitter", 0, "--timeout", 30,
@@ -118,15 +132,17 @@ def measure(system, python, url, profile, workdir):
             time.sleep(profile.settle_s)
             log(f"[{system.name}] idle listener for {profile.idle_s:g} s")
             commands, connections = command_rates(url, profile.idle_s)
-            memory_kb, processes = tree_pss_kb(listener.pid)
+            trees = [tree_pss_kb(listener.pid) for listener in listeners]
+            memory_kb, processes = sum(t[0] for t in trees), sum(t[1] for t in trees)
             log(f"[{system.name}] pickup latency, {profile.samples} samples")
             latency = role("latency", "--samples", profile.samples,
                            timeout=profile.samples * 12 + 30)
             log(f"[{system.name}] {profile.throughput_n} no-op tasks through the listener")
             throughput = role("throughput", "-n", profile.throughput_n, "--batch", profile.batch,
-                              "--timeout", 300, timeout=330)
+                              "--rounds", profile.rounds, "--timeout", 300,
+                              timeout=330 * profile.rounds)
         except DriverError as error:
-            if listener.poll() is not None:
+            if any(listener.poll() is not None for listener in listeners):
                 last = _last_line(listener_log)
                 raise DriverError(f"{error}; the listener exited: {last}") from None
             raise
@@ -198,6 +214,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="smaller samples, under a minute")
     parser.add_argument("--only", action="append", choices=[s.name for s in SYSTEMS],
                         help="measure only this system (repeatable)")
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="tasks run at once: ours and huey in one listener, blueque 1.0 "
+                             "and RQ in as many listener processes")
     parser.add_argument("--json", type=Path, help="also write every figure and sample here")
     parser.add_argument("--venvs", type=Path, default=HERE / ".venvs",
                         help="where the peers' virtualenvs are built and reused")
@@ -223,17 +242,19 @@ def main():
         for system in systems:
             try:
                 results[system.name] = measure(system, pythons[system.name], url, profile,
-                                               Path(tmp))
+                                               Path(tmp), args.concurrency)
             except DriverError as error:
                 log(f"[{system.name}] failed: {error}")
                 results[system.name] = {"error": str(error)}
     elapsed = time.monotonic() - started
 
     print(f"redis {server}, python {platform.python_version()}, "
-          f"{'quick' if args.quick else 'full'} run in {elapsed:.0f} s")
+          f"{'quick' if args.quick else 'full'} run in {elapsed:.0f} s, "
+          f"{args.concurrency} task(s) at a time")
     print(table(results))
     if args.json:
-        report = {"profile": asdict(profile), "quick": args.quick, "redis_version": server,
+        report = {"profile": asdict(profile), "quick": args.quick,
+                  "concurrency": args.concurrency, "redis_version": server,
                   "python": platform.python_version(), "seconds": elapsed, "systems": results}
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

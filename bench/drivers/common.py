@@ -125,18 +125,24 @@ def main(driver_class):
     parser.add_argument("role", choices=["info", "listen", "enqueue", "latency", "throughput"])
     parser.add_argument("url", help="redis://host:port/db of a Redis the benchmark may flush")
     parser.add_argument("-n", type=int, default=5000, help="tasks (enqueue, throughput)")
-    parser.add_argument("--rounds", type=int, default=3, help="enqueue rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="enqueue rounds, drains")
     parser.add_argument("--batch", type=int, default=100, help="tasks per batched enqueue call")
     parser.add_argument("--samples", type=int, default=60, help="latency samples")
     parser.add_argument("--min-pause", type=float, default=0.1, help="idle seconds before a sample")
     parser.add_argument("--jitter", type=float, default=1.0, help="random extra idle seconds")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for tasks")
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="tasks one listener runs at once (listen; only a driver whose "
+                             "system can: the others run one at a time)")
     args = parser.parse_args()
 
     os.environ[URL_ENV] = args.url
     driver = driver_class(args.url)
     if args.role == "listen":
-        driver.listen()
+        if args.concurrency > 1:
+            driver.listen(concurrency=args.concurrency)
+        else:
+            driver.listen()
         return
     marks = redis.Redis.from_url(args.url)
     if args.role == "info":
@@ -148,6 +154,10 @@ def main(driver_class):
         result = pickup_latency(driver, marks, args.samples, args.min_pause, args.jitter,
                                 args.timeout)
     else:
-        result = fork_throughput(driver, marks, args.n, args.batch, args.timeout)
+        drains = [fork_throughput(driver, marks, args.n, args.batch, args.timeout)
+                  for _ in range(args.rounds)]
+        result = {"drains": drains,
+                  "tasks_per_s": statistics.median(d["tasks_per_s"] for d in drains),
+                  "median_gap": statistics.median(d["median_gap"] for d in drains)}
     print(json.dumps(result))
     sys.stdout.flush()

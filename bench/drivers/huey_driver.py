@@ -39,12 +39,12 @@ class Driver:
     def enqueue(self, params):
         return self.task(params)
 
-    def listen(self):
+    def listen(self, concurrency=1):
         # WARNING, as for RQ: the other systems log nothing per task either. One thread worker,
         # like the other systems' listeners at concurrency 1. SIGTERM is huey's immediate stop
         # (graceful_signal='INT'); its threads are daemons, so the process ends at once.
         logging.basicConfig(level=logging.WARNING)
-        self.huey.create_consumer(workers=1, worker_type="thread").run()
+        self.huey.create_consumer(workers=concurrency, worker_type="thread").run()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ def _callback(task):
 
 
 class Driver:
-    """django_blueque.core: the blueque 1.0 API plus enqueue_many, listener at concurrency 1."""
+    """django_blueque.core: the blueque 1.0 API plus enqueue_many, listener at any concurrency."""
 
     has_batch = True
     version = django_blueque.__version__
@@ -31,8 +31,8 @@ class Driver:
     def enqueue_many(self, params):
         return self.queue.enqueue_many(params)
 
-    def listen(self):
-        ForkingRunner(self.client, common.QUEUE, _callback, concurrency=1).run()
+    def listen(self, concurrency=1):
+        ForkingRunner(self.client, common.QUEUE, _callback, concurrency=concurrency).run()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,39 @@
+"""bench/run.py's short version (--quick) as a real subprocess, for the systems that need no
+virtualenv from PyPI (ours and the floor), two tasks at a time: every figure measured, every
+drain complete, the listeners' processes counted, nothing left running."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.core.helpers import tagged_pids
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_quick_benchmark_measures_ours_beside_the_floor_two_tasks_at_a_time(tmp_path):
+    out = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, str(BENCH), "--quick", "--only", "ours", "--only",
+                           "floor", "--concurrency", "2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["concurrency"] == 2 and set(report["systems"]) == {"ours", "floor"}
+    for name, result in report["systems"].items():
+        figures, raw = result["figures"], result["raw"]
+        assert all(figures[rate] > 0 for rate in ("enqueue_single", "enqueue_batched",
+                                                  "fork_tasks_per_s")), name
+        assert 0 < figures["pickup_p50_ms"] <= figures["pickup_p99_ms"], name
+        drains = raw["throughput"]["drains"]
+        assert len(drains) == report["profile"]["rounds"], name
+        assert all(d["tasks"] == report["profile"]["throughput_n"] for d in drains), name
+    # ours keeps a task process forked ahead; the floor forks only for a task
+    assert report["systems"]["ours"]["raw"]["listener_processes"] == 2
+    assert report["systems"]["floor"]["raw"]["listener_processes"] == 1
+    assert "ours/floor (bare fork)" in proc.stdout and "2 task(s) at a time" in proc.stdout
+    assert tagged_pids(str(BENCH.parent / "drivers")) == []  # every listener stopped
