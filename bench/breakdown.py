@@ -67,8 +67,8 @@ def listen(url, path):
     for name in ("take", "finish"):
         setattr(Protocol, name, timed(name, getattr(Protocol, name)))
     children.TaskProcesses._spawn = timed("fork_spare", children.TaskProcesses._spawn)
-    children.TaskProcesses._collect_children = timed(
-        "collected", children.TaskProcesses._collect_children)
+    children.TaskProcesses._child_ended = timed(  # once per reaped task process
+        "collected", children.TaskProcesses._child_ended)
     runner.ForkingRunner(Client(url), QUEUE, noop, concurrency=1).run()
 
 
