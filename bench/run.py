@@ -98,8 +98,6 @@ def _last_line(path):
 def listener_commands(system, driver, url, concurrency):
     """The command lines that run ``concurrency`` tasks at once: one listener for a system that
     can, else as many listeners (blueque 1.0 and RQ run one task per listener process)."""
-    if concurrency == 1:
-        return [[*driver, "listen", url]]
     if system.concurrent:
         return [[*driver, "listen", url, "--concurrency", str(concurrency)]]
     return [[*driver, "listen", url]] * concurrency
