@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .maintenance import Policy
     from .protocol import Protocol
     from .task import Task
+    from .wakeup import WakeupPipe
 
 logger = logging.getLogger("django_blueque.listener")
 task_logger = logging.getLogger("django_blueque.task")
@@ -84,9 +85,9 @@ class TaskProcesses:
         _handover: tuple[Channel, float] | None  # the task last handed over, until when
         _unsure: dict[str, tuple[str, float, int]]
         _next_settle: float
+        _wakeup: WakeupPipe
 
         def _accepting(self) -> bool: ...
-        def _forget_wakeup(self) -> None: ...
 
     def fork_task(self, task: Task) -> int:
         """blueque 1.0's: run a reserved task in a forked process, which records its start and
@@ -126,7 +127,7 @@ class TaskProcesses:
         pid = os.fork()
         if pid == 0:
             ours.close()
-            self._forget_wakeup()
+            self._wakeup.forget()
             for child in self.children.values():  # the listener's ends are not its own
                 if child.channel is not None:
                     child.channel.close()

@@ -26,7 +26,8 @@ if they die, the reaper recovers their tasks after their lease expires.
 
 Where the rest lives: the blocking peek in waiter.py, the task processes (forking, hand-over,
 deadlines, recording a death) in children.py, the socket between the listener and each of them
-in channel.py, what runs inside one in task_process.py, and its lease in lease.py.
+in channel.py, what runs inside one in task_process.py, its lease in lease.py, and the
+wake-up pipe in wakeup.py.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from .orphans import recover_local_orphans
 from .outages import Outage, is_transient
 from .protocol import HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL
 from .waiter import PendingWaiter
+from .wakeup import WakeupPipe
 
 if TYPE_CHECKING:
     from .client import Client
@@ -120,8 +122,7 @@ class ForkingRunner(TaskProcesses):
         self._unsure: dict[str, tuple[str, float, int]] = {}
         self._next_settle = 0.0
         self._outage = Outage(logger, "listener")
-        self._wake_r: int | None = None
-        self._wake_w: int | None = None
+        self._wakeup = WakeupPipe()
         self._next_beat = self._next_duties = 0.0
         self._sent_info: dict[str, object] | None = None
         self._lease = 0.0  # the ttl of the last heartbeat
@@ -139,7 +140,9 @@ class ForkingRunner(TaskProcesses):
         self._outage.who = f"listener {self.listener_id}"
         self._started_at = time.time()
         self._waiters = {queue: PendingWaiter(self._client, queue) for queue in self.queues}
-        previous = self._install_signals()
+        previous = self._wakeup.open({signal.SIGTERM: self._on_stop_signal,
+                                      signal.SIGINT: self._on_stop_signal,
+                                      signal.SIGCHLD: lambda *_: None})
         logger.info("listener %s started on %s with concurrency %d", self.listener_id,
                     ", ".join(self.queues), self.concurrency)
         try:
@@ -147,7 +150,7 @@ class ForkingRunner(TaskProcesses):
             self._loop()
         finally:
             self._shutdown()
-            self._restore_signals(previous)
+            self._wakeup.close(previous)
         return self.stopped_cleanly
 
     def claim_orphans(self) -> None:
@@ -167,11 +170,7 @@ class ForkingRunner(TaskProcesses):
     def stop(self) -> None:
         """Ask the loop to stop, as SIGTERM does (a second call stops at once)."""
         self._stops += 1
-        if self._wake_w is not None:
-            try:
-                os.write(self._wake_w, b"s")
-            except OSError:
-                pass
+        self._wakeup.poke()
 
     def _accepting(self) -> bool:
         return self._stops == 0 and (self.max_tasks is None or self.tasks_taken < self.max_tasks)
@@ -223,16 +222,12 @@ class ForkingRunner(TaskProcesses):
 
     def _wait(self, timeout: float, waiters: list[Any]) -> None:
         try:
-            readable, _, _ = select.select([self._wake_r, *waiters], [], [], max(0.0, timeout))
+            readable, _, _ = select.select([self._wakeup, *waiters], [], [], max(0.0, timeout))
         except (OSError, ValueError):
             readable = []  # a waiter's socket went away; the next round reconnects
         for ready in readable:
-            if ready is self._wake_r:
-                try:
-                    while os.read(self._wake_r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
+            if ready is self._wakeup:
+                self._wakeup.drain()
             else:
                 try:
                     ready.settle()
@@ -351,38 +346,7 @@ class ForkingRunner(TaskProcesses):
                     self._next_beat = 0.0  # busy now: say so once the task is handed
         return empty
 
-    # -- signals ------------------------------------------------------------------------------
-
-    def _install_signals(self) -> dict[Any, Any]:
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        previous = {
-            "wakeup": signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False),
-            signal.SIGTERM: signal.signal(signal.SIGTERM, self._on_stop_signal),
-            signal.SIGINT: signal.signal(signal.SIGINT, self._on_stop_signal),
-            signal.SIGCHLD: signal.signal(signal.SIGCHLD, lambda *_: None),
-        }
-        return previous
-
-    def _restore_signals(self, previous: dict[Any, Any]) -> None:
-        signal.set_wakeup_fd(previous.pop("wakeup"))
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        assert self._wake_r is not None and self._wake_w is not None  # _install_signals's
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-        self._wake_r = self._wake_w = None
-
-    def _forget_wakeup(self) -> None:
-        """In a forked task process: the listener's wake-up pipe is not its own. Closed and
-        forgotten, so that no handler inherited from the listener ever writes to a reused
-        descriptor number."""
-        signal.set_wakeup_fd(-1)
-        assert self._wake_r is not None and self._wake_w is not None  # the listener's
-        os.close(self._wake_r)
-        os.close(self._wake_w)
-        self._wake_r = self._wake_w = None
+    # -- stopping -----------------------------------------------------------------------------
 
     def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stops += 1
