@@ -5,7 +5,9 @@
         then blocks; SIGTERM stops it. Exit status 0 on a clean stop, 3 otherwise. --duties S runs
         enqueue_due_tasks() and a Reaper's pass every S seconds in the listener. --policy JSON
         gives every queue that policy; --slow-end makes on_task_end take 12 s; --cluster: URL
-        names a node of a Redis Cluster; --begin-wait S sets children.BEGIN_WAIT.
+        names a node of a Redis Cluster; --begin-wait S sets children.BEGIN_WAIT; --answer-wait
+        S sets channel.ANSWER_WAIT; --linger S keeps the process (and the runner object) alive S
+        seconds after run() returns, as a program that embeds a runner goes on.
     reap URL --at T
         Waits until Unix time T, runs one reap(), prints its actions as JSON.
     enqueue-due URL --at T --until T2
@@ -22,7 +24,7 @@ import os
 import sys
 import time
 
-from django_blueque.core import Client, ForkingRunner, children, enqueue_due_tasks, reap
+from django_blueque.core import Client, ForkingRunner, channel, children, enqueue_due_tasks, reap
 from django_blueque.core.maintenance import Reaper
 from tests.core import callbacks
 
@@ -36,6 +38,8 @@ def run(args):
     callbacks.URL, callbacks.CLUSTER = args.url, args.cluster
     if args.begin_wait is not None:
         children.BEGIN_WAIT = args.begin_wait
+    if args.answer_wait is not None:
+        channel.ANSWER_WAIT = args.answer_wait
     client_duties = None
     if args.duties:
         reaper = Reaper(client)
@@ -53,7 +57,9 @@ def run(args):
                            duties_interval=args.duties or 5.0,
                            on_task_end=callbacks.slow_end if args.slow_end else None)
     print(json.dumps({"pid": os.getpid(), "listener_id": runner.listener_id}), flush=True)
-    return 0 if runner.run() else 3
+    clean = runner.run()
+    time.sleep(args.linger)
+    return 0 if clean else 3
 
 
 def run_reap(args):
@@ -90,6 +96,10 @@ def main(argv=None):
     runner.add_argument("--cluster", action="store_true", help="a Redis Cluster's node URL")
     runner.add_argument("--begin-wait", type=float, default=None,
                         help="how long the next spare's fork waits for a handed task to begin")
+    runner.add_argument("--answer-wait", type=float, default=None,
+                        help="how long a task process waits for its listener to record its end")
+    runner.add_argument("--linger", type=float, default=0.0,
+                        help="seconds to live on after run() returns")
     runner.add_argument("--slow-end", action="store_true",
                         help="on_task_end sleeps 12 s, then RPUSHes the task id to 'ended'")
     reaper = commands.add_parser("reap")

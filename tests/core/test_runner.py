@@ -472,6 +472,26 @@ def test_second_sigterm_stops_at_once_leaving_the_task_to_its_process(client, r,
 
 # -- faults ---------------------------------------------------------------------------------------
 
+def test_a_runner_stopped_at_once_hands_its_running_tasks_ends_back_to_their_processes(
+        client, r, start_runner):
+    """A program that embeds a runner lives on after run() returns: the sockets of the tasks
+    still running must close with it, or each of those processes, at its end, waits
+    ANSWER_WAIT for a listener that will never answer (here 60 s) before recording the end
+    itself."""
+    queue = client.get_queue("q")
+    running = queue.enqueue(job(wait_for="gate"))
+    runner = start_runner(answer_wait=60, linger=120)
+    started(client, running, runner)
+    runner.signal(signal.SIGTERM)
+    time.sleep(0.5)  # two signals at once are one to Python
+    runner.signal(signal.SIGTERM)
+    wait_for(lambda: r.smembers("blueque_listeners_q") == set(), 10, runner.describe)
+    assert runner.alive()  # run() returned; the program goes on
+
+    r.set("gate", 1)
+    assert finished(client, running, runner, timeout=30).result == f"done:{job(wait_for='gate')}"
+
+
 def test_listener_reconnects_after_redis_restarts(client, r, redis_server, start_runner):
     if not hasattr(redis_server, "stop"):
         pytest.skip("needs the private redis-server (BLUEQUE_TEST_REDIS_URL is set)")
