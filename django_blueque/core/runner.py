@@ -32,6 +32,7 @@ wake-up pipe in wakeup.py.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import select
@@ -60,6 +61,21 @@ logger = logging.getLogger("django_blueque.listener")
 
 QUARANTINE_SECONDS = 10.0
 """How long a queue whose keys hold data of the wrong type is left alone before another try."""
+
+
+def _freeze_heap() -> bool:
+    """Move every object the listener holds out of the garbage collector's reach (gc.freeze),
+    once, before its first fork: a task process's full collection would otherwise touch each of
+    them, and so copy every page of the listener's heap that holds one (copy-on-write: ~10 MiB
+    and ~20 ms for a bare listener, ~21 MiB and ~37 ms under a small Django project). What the
+    listener holds at start lives as long as it. Returns whether nothing was frozen before:
+    run() then unfreezes on return (else the program that embeds it froze objects of its own,
+    which unfreezing would release too)."""
+    first = not gc.get_freeze_count()
+    gc.collect()
+    gc.freeze()
+    return first
+
 
 class ForkingRunner(TaskProcesses):
     """blueque 1.0's ``ForkingRunner(client, queue, callback).run()``, extended.
@@ -145,12 +161,15 @@ class ForkingRunner(TaskProcesses):
                                       signal.SIGCHLD: lambda *_: None})
         logger.info("listener %s started on %s with concurrency %d", self.listener_id,
                     ", ".join(self.queues), self.concurrency)
+        froze = _freeze_heap()
         try:
             self.claim_orphans()
             self._loop()
         finally:
             self._shutdown()
             self._wakeup.close(previous)
+            if froze:
+                gc.unfreeze()
         return self.stopped_cleanly
 
     def claim_orphans(self) -> None:

@@ -11,6 +11,8 @@ applied in this order:
     "wait_for": KEY              wait until KEY exists in Redis (at most two minutes)
     "until_stopped": KEY         loop until current_task().should_stop(), then RPUSH KEY "stopped"
     "mark": KEY                  RPUSH KEY "done" after the waits (shows the code ran to the end)
+    "collect_garbage": KEY       run a full garbage collection; RPUSH KEY the KiB of memory it
+                                 made this process copy from its listener (Private_Dirty growth)
     "raise": MESSAGE             raise ValueError(MESSAGE)
     "fail_before": N             raise CodedError (code "E<attempt>") on the attempts before N
     "return": VALUE              return VALUE (any JSON value)
@@ -19,6 +21,7 @@ applied in this order:
 Every run is recorded first: RPUSH RUNS_KEY {"id", "pid", "attempt"}.
 """
 
+import gc
 import json
 import os
 import signal
@@ -88,6 +91,10 @@ def callback(task):
             conn.rpush(todo["until_stopped"], "stopped")
         if "mark" in todo:
             conn.rpush(todo["mark"], "done")
+        if "collect_garbage" in todo:
+            before = _private_dirty_kib()
+            gc.collect()
+            conn.rpush(todo["collect_garbage"], _private_dirty_kib() - before)
     finally:
         if counter:
             conn.decr(counter)
@@ -100,6 +107,11 @@ def callback(task):
     if "return" in todo:
         return todo["return"]
     return f"done:{task.parameters}"
+
+
+def _private_dirty_kib():
+    with open("/proc/self/smaps_rollup") as rollup:
+        return next(int(line.split()[1]) for line in rollup if line.startswith("Private_Dirty:"))
 
 
 def slow_end(task, outcome, value, error_type):

@@ -264,6 +264,20 @@ def test_an_end_too_long_for_the_listener_is_recorded_by_its_process(client, sta
     assert value in task.traceback
 
 
+def test_a_task_that_collects_garbage_copies_little_of_its_listeners_memory(client, r,
+                                                                           start_runner):
+    """A full garbage collection in a task process touches every object it can see, and so
+    copies each page of the listener's heap that holds one (copy-on-write): ~10 MiB per task
+    process for a bare listener, more under Django, where it also cost ~20 ms. The listener
+    freezes what it holds before it forks (gc.freeze), out of its children's collections.
+    Before: 9,700 KiB copied by one gc.collect(); after: ~200."""
+    runner = start_runner()
+    task_id = client.get_queue("q").enqueue(job(collect_garbage="copied"))
+    assert finished(client, task_id, runner).status == "complete"
+    copied_kib = int(r.lpop("copied"))
+    assert copied_kib < 2048, f"a full collection copied {copied_kib} KiB"
+
+
 def test_garbage_in_the_pending_list_is_dropped(client, r, start_runner):
     r.lpush("blueque_pending_tasks_q", "no-such-task")
     task_id = client.get_queue("q").enqueue("real")
