@@ -80,6 +80,10 @@ for i = first, #ARGV, 2 do
   tasks[#tasks + 1] = prefix .. ARGV[i]
 end
 here(tasks)
+-- Without an eta or a priority, the ids go to the pending list in one LPUSH (the order one
+-- LPUSH each would leave): a call to Redis from a script costs more than the push itself.
+local plain = not eta and not extra['priority']
+local pushed = {}
 for i = first, #ARGV, 2 do
   local id = ARGV[i]
   local fields = {'status', status, 'queue', queue, 'parameters', ARGV[i + 1],
@@ -90,12 +94,17 @@ for i = first, #ARGV, 2 do
   redis.call('HSET', prefix .. id, unpack(fields))
   if eta then
     redis.call('ZADD', KEYS[6], eta, id)
+  elseif plain then
+    pushed[#pushed + 1] = id
   else
     make_pending(waiting, id, extra['priority'], false)
   end
   if unique then
     redis.call('HSET', KEYS[8], unique, id)
   end
+end
+if #pushed > 0 then
+  redis.call('LPUSH', KEYS[2], unpack(pushed))
 end
 redis.call('ZINCRBY', KEYS[1], 0, queue)
 if eta then
