@@ -1,9 +1,20 @@
+import signal
+
 import pytest
 import redis
 
 from django_blueque.core.context import set_current_task
 from tests.redis_cluster import LocalCluster
 from tests.redis_server import RedisServer, external_url
+
+
+def pytest_configure(config):
+    """Tests stop the commands they start with SIGINT, as Ctrl-C in a terminal does. A shell
+    starts a background job (``pytest ... &``, a CI step run so) with SIGINT ignored, and every
+    process inherits that through exec: a command relying on Python's KeyboardInterrupt would
+    never stop. The suite's processes get SIGINT's default back."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
