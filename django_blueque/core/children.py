@@ -128,12 +128,17 @@ class TaskProcesses:
         if pid == 0:
             ours.close()
             self._wakeup.forget()
-            for child in self.children.values():  # the listener's ends are not its own
-                if child.channel is not None:
-                    child.channel.close()
+            self._close_channels()  # the listener's ends are not its own
             process.main(its, parent)  # never returns
         its.close()
         return pid, ours
+
+    def _close_channels(self) -> None:
+        """Close this process's end of every running task's socket (on end of file, a task
+        process records its own end)."""
+        for child in self.children.values():
+            if child.channel is not None:
+                child.channel.close()
 
     def _take(self, queue: str, current: float) -> tuple[str, str, Any, bool] | None:
         """Reserve the queue's next task and start it in the spare process, in one step, and

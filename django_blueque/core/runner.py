@@ -380,9 +380,7 @@ class ForkingRunner(TaskProcesses):
     def _shutdown(self) -> None:
         self._close_waiters()
         self._drop_spare()
-        for child in self.children.values():  # still running (a stop at once): on end of
-            if child.channel is not None:      # file, each records its own end
-                child.channel.close()
+        self._close_channels()  # tasks still running (a stop at once) record their own ends
         try:
             for queue in self.queues:
                 released = self._protocol.release_listener(self.listener_id, queue, own=True)
