@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from . import keys as k
 from .protocol_admin import AdminOperations
 from .protocol_upkeep import UpkeepOperations, _optional, encode_time, now
+from .script_calls import KeptConnection, ScriptCall
 
 if TYPE_CHECKING:
     import redis
@@ -86,10 +87,13 @@ class Protocol(UpkeepOperations, AdminOperations):
             path.name[:-4]: self.redis.register_script(lua_source(path))
             for path in resources.files(__package__).joinpath("lua").iterdir()
             if path.name.endswith(".lua")}
+        kept = KeptConnection(self.redis)  # ClusterProtocol calls its scripts its own way
+        self._calls = {name: ScriptCall(script, kept) for name, script in self._scripts.items()}
 
     def script(self, name: str) -> Callable[..., Any]:
-        """A Lua script of lua/, run by EVALSHA (and loaded by redis-py when Redis lacks it)."""
-        return self._scripts[name]
+        """A Lua script of lua/, run by EVALSHA (and loaded by redis-py when Redis lacks it),
+        on a connection kept for script calls (see script_calls.py)."""
+        return self._calls[name]
 
     # -- producers -------------------------------------------------------------------------
 
