@@ -12,10 +12,10 @@ the queue's slot. Only the queues set, listener info hashes and the reaper's clo
 keys, written apart from the scripts. blueque 1.0 cannot read these names.
 """
 
+import os
 import re
 import secrets
 import socket
-import uuid
 from collections.abc import Callable
 
 DEFAULT_PREFIX = "blueque"
@@ -161,8 +161,19 @@ class Keys:
     def new_task_id(self, queue: str) -> str:
         """A uuid4 string, as blueque 1.0 makes; in cluster mode followed by the queue's tag,
         so that the task's keys share its queue's slot."""
-        task_id = str(uuid.uuid4())
-        return task_id + self._q(queue) if self.cluster else task_id
+        return self.new_task_ids(queue, 1)[0]
+
+    def new_task_ids(self, queue: str, count: int) -> list[str]:
+        """``count`` of new_task_id's ids, from one read of the system's random source, formatted
+        in one pass: ``str(uuid.uuid4())`` per id was a third of enqueue_many's client time."""
+        raw = bytearray(os.urandom(16 * count))
+        raw[6::16] = bytes(byte & 0x0F | 0x40 for byte in raw[6::16])  # version 4
+        raw[8::16] = bytes(byte & 0x3F | 0x80 for byte in raw[8::16])  # RFC 4122 variant
+        digits = raw.hex()
+        tag = self._q(queue) if self.cluster else ""
+        return [f"{digits[at:at + 8]}-{digits[at + 8:at + 12]}-{digits[at + 12:at + 16]}-"
+                f"{digits[at + 16:at + 20]}-{digits[at + 20:at + 32]}{tag}"
+                for at in range(0, 32 * count, 32)]
 
     def check_task_id(self, queue: str, task_id: str) -> None:
         """Raise ValueError for a task id given by a caller that cannot live in ``queue``

@@ -113,8 +113,9 @@ class Protocol(UpkeepOperations, AdminOperations):
                   for item in (name, str(value))]
         if "unique_key" in fields[::2] and (len(parameters_list) != 1 or pipe is not None):
             raise ValueError("a unique_key names one task: enqueue it alone, not in a batch")
-        ids = [task_id or self.keys.new_task_id(queue)
-               for task_id in task_ids or [None] * len(parameters_list)]
+        chosen = task_ids or [None] * len(parameters_list)
+        fresh = iter(self.keys.new_task_ids(queue, sum(not task_id for task_id in chosen)))
+        ids = [task_id or next(fresh) for task_id in chosen]
         for task_id in task_ids or ():
             if task_id:
                 self.keys.check_task_id(queue, task_id)

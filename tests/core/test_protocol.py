@@ -87,6 +87,16 @@ def test_enqueue_many_is_one_atomic_step_in_order(client, r):
     assert [r.hget(f"blueque_task_{i}", "parameters") for i in ids] == [f"p{n}" for n in range(50)]
 
 
+def test_enqueue_many_gives_distinct_random_uuid4_ids_as_blueque1_makes(client):
+    ids = client.get_queue("q").enqueue_many(["p"] * 2000)
+    assert len(set(ids)) == 2000
+    for task_id in ids:
+        parsed = uuid.UUID(task_id)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, task_id)
+    varying = {at for at in range(36) if len({task_id[at] for task_id in ids}) > 1}
+    assert varying == set(range(36)) - {8, 13, 14, 18, 23}  # the dashes, and the version
+
+
 def test_enqueue_many_beyond_one_batch_is_one_transaction(client, r):
     client.get_queue("warm-up").enqueue("p")
     count = ENQUEUE_BATCH * 2 + 5
