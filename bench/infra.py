@@ -105,7 +105,8 @@ def private_redis(workdir):
 
 
 def ensure_venv(directory, requirement):
-    """The python of a virtualenv holding `requirement`, built once and reused afterwards.
+    """The python of a virtualenv holding `requirement` (pip requirements, separated by
+    spaces), built once and reused afterwards.
 
     The stamp is written last, so an interrupted build is thrown away and redone.
     """
@@ -117,7 +118,7 @@ def ensure_venv(directory, requirement):
     shutil.rmtree(directory, ignore_errors=True)
     venv.EnvBuilder(with_pip=True).create(directory)
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    requirement], check=True)
+                    *requirement.split()], check=True)
     stamp.write_text(requirement)
     return python
 

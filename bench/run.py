@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import redis
+import redis.utils
 from infra import (
     DriverError,
     child,
@@ -160,7 +161,8 @@ def measure(system, python, url, profile, workdir, concurrency):
     raw = {"enqueue": enqueue, "pickup_ms": latencies_ms, "throughput": throughput,
            "idle_commands_per_s": commands, "listener_processes": processes}
     return {"version": info["version"], "redis_py": info["redis_py"],
-            "seconds": time.monotonic() - started, "figures": figures, "raw": raw}
+            "hiredis": info["hiredis"], "seconds": time.monotonic() - started,
+            "figures": figures, "raw": raw}
 
 
 def _percentile(values, pct):
@@ -203,7 +205,8 @@ def table(results):
             out.append(f"{labels[name]}: not measured: {result['error']}")
         else:
             out.append(f"{labels[name]}: version {result['version']}, "
-                       f"redis-py {result['redis_py']}")
+                       f"redis-py {result['redis_py']}"
+                       f"{', hiredis' if result['hiredis'] else ''}")
     return "\n".join(out)
 
 
@@ -218,7 +221,13 @@ def main():
     parser.add_argument("--json", type=Path, help="also write every figure and sample here")
     parser.add_argument("--venvs", type=Path, default=HERE / ".venvs",
                         help="where the peers' virtualenvs are built and reused")
+    parser.add_argument("--hiredis", action="store_true",
+                        help="every system parses and packs with hiredis (the peers' "
+                             "virtualenvs get it; this interpreter must have it)")
     args = parser.parse_args()
+    if args.hiredis and not redis.utils.HIREDIS_AVAILABLE:
+        parser.error("--hiredis: this interpreter, which runs ours and the floor, lacks "
+                     "hiredis (pip install hiredis)")
     # SIGTERM unwinds like Ctrl-C, so every listener and the Redis are stopped on the way out.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
@@ -227,7 +236,9 @@ def main():
     pythons = {}
     for system in systems:
         if system.requirement:
-            pythons[system.name] = ensure_venv(args.venvs / system.name, system.requirement)
+            pythons[system.name] = ensure_venv(
+                args.venvs / (system.name + ("-hiredis" if args.hiredis else "")),
+                system.requirement + (" hiredis" if args.hiredis else ""))
         else:
             pythons[system.name] = Path(sys.executable)
 
@@ -248,10 +259,10 @@ def main():
 
     print(f"redis {server}, python {platform.python_version()}, "
           f"{'quick' if args.quick else 'full'} run in {elapsed:.0f} s, "
-          f"{args.concurrency} task(s) at a time")
+          f"{args.concurrency} task(s) at a time{', hiredis' if args.hiredis else ''}")
     print(table(results))
     if args.json:
-        report = {"profile": asdict(profile), "quick": args.quick,
+        report = {"profile": asdict(profile), "quick": args.quick, "hiredis": args.hiredis,
                   "concurrency": args.concurrency, "redis_version": server,
                   "python": platform.python_version(), "seconds": elapsed, "systems": results}
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -17,6 +17,7 @@ import time
 import urllib.parse
 
 import redis
+import redis.utils
 
 QUEUE = "bench"
 # Every task pushes "<params> <time.time() when its code started>" here; a plain list keeps the
@@ -147,7 +148,7 @@ def main(driver_class):
     marks = redis.Redis.from_url(args.url)
     if args.role == "info":
         result = {"version": driver.version, "redis_py": redis.__version__,
-                  "batch": driver.has_batch}
+                  "hiredis": redis.utils.HIREDIS_AVAILABLE, "batch": driver.has_batch}
     elif args.role == "enqueue":
         result = enqueue_rates(driver, args.n, args.rounds, args.batch)
     elif args.role == "latency":

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis.utils
 
 from tests.core.helpers import tagged_pids
 
@@ -24,7 +25,9 @@ def test_the_quick_benchmark_measures_ours_beside_the_floor_two_tasks_at_a_time(
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["concurrency"] == 2 and set(report["systems"]) == {"ours", "floor"}
+    assert report["hiredis"] is False
     for name, result in report["systems"].items():
+        assert result["hiredis"] == redis.utils.HIREDIS_AVAILABLE, name
         figures, raw = result["figures"], result["raw"]
         assert all(figures[rate] > 0 for rate in ("enqueue_single", "enqueue_batched",
                                                   "fork_tasks_per_s")), name
@@ -37,3 +40,11 @@ def test_the_quick_benchmark_measures_ours_beside_the_floor_two_tasks_at_a_time(
     assert report["systems"]["floor"]["raw"]["listener_processes"] == 1
     assert "ours/floor (bare fork)" in proc.stdout and "2 task(s) at a time" in proc.stdout
     assert tagged_pids(str(BENCH.parent / "drivers")) == []  # every listener stopped
+
+
+@pytest.mark.skipif(redis.utils.HIREDIS_AVAILABLE, reason="this interpreter has hiredis")
+def test_the_benchmark_with_hiredis_refuses_an_interpreter_without_it(tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCH), "--hiredis", "--quick", "--only", "ours",
+                           "--venvs", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "lacks hiredis" in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing built
