@@ -167,6 +167,14 @@ class FollowingSentinelPool(_TracksConnections, redis.sentinel.SentinelConnectio
             self.proxy.master_address = address
             drop_connections(self)
 
+    def check_held(self, connection):
+        """check_primary() for a connection held outside the pool (script_calls.py), which
+        is then connected afresh if it is not on the primary: when a new connection of the pool
+        finds the primary moved first, redis-py resets the pool's idle connections only."""
+        self.check_primary()
+        if self.proxy.master_address not in (None, (connection.host, connection.port)):
+            connection.disconnect()
+
 
 class FollowingSentinel(redis.sentinel.Sentinel):
     """redis-py's Sentinel, asking ``SENTINEL GET-MASTER-ADDR-BY-NAME``: a short reply, and

@@ -39,7 +39,7 @@ class KeptConnection:
         self._pool: Any = pool
         self._usable = (pool is not None and not isinstance(pool, redis.BlockingConnectionPool)
                         and getattr(pool, "max_connections", 0) >= SMALL_POOL)
-        self._check_primary = getattr(pool, "check_primary", None)
+        self._check_primary = getattr(pool, "check_held", None)  # Sentinel's (connections.py)
         self._lock = threading.Lock()
         self._connection: Any = None
 
@@ -54,7 +54,7 @@ class KeptConnection:
                 connection = self._connection = self._pool.get_connection()
             else:
                 if self._check_primary is not None:
-                    self._check_primary()  # may cut every connection
+                    self._check_primary(connection)  # may cut every connection
                 _reconnect_if_stale(connection)
         except BaseException:
             self._lock.release()
