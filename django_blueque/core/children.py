@@ -24,8 +24,8 @@ from . import keys as k
 from .channel import Channel
 from .outages import is_transient
 from .protocol import new_token
-from .task_process import TaskProcess, encode_result
-from .values import error_code, error_fields, positive_seconds
+from .task_process import TaskProcess, describe_exit, encode_result
+from .values import Taken, error_code, error_fields, positive_seconds, printable
 
 if TYPE_CHECKING:
     from .client import Client
@@ -42,11 +42,6 @@ BEGIN_WAIT = 0.05
 machine of few cores, a fork (and the new process's connection) beside the hand-over delays the
 task's code by a millisecond, so it comes once the task's process says its code is starting.
 Not when more tasks wait in the queue: a drain needs the spare before the task ends."""
-
-UNSURE_SECONDS = 60.0
-"""How long the token of a take whose reply was lost is looked for in the reserved lists
-(see _settle_unsure): Redis runs such a call whenever it reads it, as late as it resumes."""
-
 
 class Child:
     __slots__ = ("pid", "queue", "task_id", "token", "deadline", "timeout", "stop_reason",
@@ -84,10 +79,12 @@ class TaskProcesses:
         _spare: tuple[int, socket.socket] | None
         _handover: tuple[Channel, float] | None  # the task last handed over, until when
         _unsure: dict[str, tuple[str, float, int]]
-        _next_settle: float
         _wakeup: WakeupPipe
 
         def _accepting(self) -> bool: ...
+        def _taken_ahead(self, current: float, unblock: bool = True
+                         ) -> tuple[str, str, int, Taken] | None: ...
+        def _withdraw_ahead(self, current: float, unblock: bool = True) -> None: ...
 
     def fork_task(self, task: Task) -> int:
         """blueque 1.0's: run a reserved task in a forked process, which records its start and
@@ -140,47 +137,33 @@ class TaskProcesses:
             if child.channel is not None:
                 child.channel.close()
 
-    def _take(self, queue: str, current: float) -> tuple[str, str, Any, bool] | None:
-        """Reserve the queue's next task and start it in the spare process, in one step, and
-        hand it over (see children.py)."""
-        token = new_token()
-        pid, _ = self._ready_spare()
-        try:
-            taken = self._protocol.take(queue, self.listener_id, token, pid)
-        except (redis.ConnectionError, redis.TimeoutError):
-            self._unsure[token] = (queue, current, pid)  # it may have run all the same
-            raise
+    def _take(self, queue: str, current: float) -> Taken | None:
+        """Reserve the queue's next task and start it in the spare process, in one step (or
+        collect what the take sent ahead took: take_ahead.py), and hand it over."""
+        taken: Taken | None
+        ahead = self._taken_ahead(current)
+        if ahead is not None:
+            _, token, pid, taken = ahead
+        else:
+            token = new_token()
+            pid, _ = self._ready_spare()
+            try:
+                taken = self._protocol.take(queue, self.listener_id, token, pid)
+            except (redis.ConnectionError, redis.TimeoutError):
+                self._unsure[token] = (queue, current, pid)  # it may have run all the same
+                raise
         if taken is not None:
             self._hand_over(queue, token, *taken)
             if taken[1] == "unstarted":
                 raise redis.ResponseError(taken[2])  # the queue is set aside
         return taken
 
-    def _settle_unsure(self, current: float) -> None:
-        """A take whose reply was lost (its connection cut, or Redis stalled past the socket
-        timeout) may have reserved and started a task all the same, once Redis read the call:
-        the task waits in this listener's reserved list under that call's token, never handed
-        to its process, and as this listener lives, no reaper would release it before its
-        lease lapsed (and then as a failed run). Such a task goes back to its queue, first of
-        its priority, uncounted (finish.lua's requeue). Looked for once a second, for
-        UNSURE_SECONDS."""
-        self._next_settle = current + 1.0
-        for token, (queue, sent, pid) in list(self._unsure.items()):
-            for task_id in self._protocol.reserved_under(queue, self.listener_id, token):
-                if self._protocol.finish(queue, task_id, listener_id=self.listener_id, pid=pid,
-                                         token=token, outcome="requeue",
-                                         value="") == "requeued":
-                    logger.warning("listener %s: task %s, reserved by a call whose reply was "
-                                   "lost, went back to its queue", self.listener_id,
-                                   printable(task_id))
-            if current - sent > UNSURE_SECONDS:
-                del self._unsure[token]
-
     def _ready_spare(self) -> tuple[int, socket.socket]:
         """The spare task process, forked now if there is none (or it died): the task is
         started with its pid (take.lua), so the fork is not on the way from enqueue to the
         task's code when the listener was idle, nor between two tasks of a queue."""
         if self._spare is not None and not _running_child(self._spare[0]):
+            self._withdraw_ahead(time.monotonic())
             logger.warning("listener %s: spare task process %d had died; forking another",
                            self.listener_id, self._spare[0])
             self._spare[1].close()
@@ -268,6 +251,7 @@ class TaskProcesses:
     def _drop_spare(self) -> None:
         """Let the spare process go: on end of file it exits at once, unused."""
         self._handover = None
+        self._withdraw_ahead(time.monotonic())
         if self._spare is not None:
             pid, sock = self._spare
             self._spare = None
@@ -288,6 +272,7 @@ class TaskProcesses:
             if pid == 0:
                 return
             if self._spare is not None and pid == self._spare[0]:
+                self._withdraw_ahead(time.monotonic())
                 logger.warning("listener %s: spare task process %d %s while idle; forking "
                                "another", self.listener_id, pid, describe_exit(status))
                 self._spare[1].close()
@@ -326,6 +311,11 @@ class TaskProcesses:
                                     elapsed, error)
 
         self._record_or_later(record)
+
+    def _put_back(self, queue: str, token: str, pid: int, task_id: str) -> None:
+        """A task taken for a process that is not to run it: back to its queue, uncounted."""
+        child = Child(pid, queue, task_id, token, None)
+        self._record_or_later(lambda: self._record_unstarted(child))
 
     def _record_unstarted(self, child):
         """Its process was never handed the task (it died first, or the start was refused):
@@ -394,29 +384,9 @@ class TaskProcesses:
                 pass
 
 
-def describe_exit(status):
-    """What the exit status of a child that did not report says, in words."""
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(number).name
-        except ValueError:
-            name = "unknown"
-        return f"process killed by signal {number} ({name})"
-    code = os.waitstatus_to_exitcode(status)
-    if code:
-        return f"process exited with status {code} without reporting a result"
-    return "process exited without reporting a result"
-
-
 def _running_child(pid):
     """False once a child has exited (it is reaped here, its status no longer needed)."""
     try:
         return os.waitpid(pid, os.WNOHANG)[0] == 0
     except ChildProcessError:
         return False
-
-
-def printable(text: str) -> str:
-    """An id or name from Redis as one log line: control characters escaped."""
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")

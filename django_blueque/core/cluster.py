@@ -50,6 +50,7 @@ class ClusterProtocol(Protocol):
     moves is run again (pausing 10 ms, doubling up to 0.5 s) for up to MOVING_SECONDS."""
 
     CLUSTER = True
+    TAKES_AHEAD = False  # a peek's connection is one node's, a script may be refused there
 
     def __init__(self, redis_client: RedisCluster, prefix: str = DEFAULT_PREFIX) -> None:
         super().__init__(redis_client, prefix)

@@ -261,6 +261,7 @@ class AcknowledgedProtocol(Protocol):
     again). Costs one WAIT round trip (to the replica) per start and per end."""
 
     ACKNOWLEDGED = ("start", "take", "finish")  # take: the runner's reserve and start
+    TAKES_AHEAD = False  # a take sent ahead would not wait for the replicas
 
     def __init__(self, redis_client: redis.Redis, prefix: str, replicas: int,
                  timeout: float) -> None:

@@ -17,6 +17,7 @@ from . import keys as k
 from .protocol_admin import AdminOperations
 from .protocol_upkeep import UpkeepOperations, _optional, encode_time, now
 from .script_calls import KeptConnection, ScriptCall
+from .values import Taken, taken
 
 if TYPE_CHECKING:
     import redis
@@ -76,6 +77,10 @@ class Protocol(UpkeepOperations, AdminOperations):
 
     CLUSTER = False
     """Keys in cluster mode (see keys.py)? ClusterProtocol's are."""
+
+    TAKES_AHEAD = True
+    """May a listener send its take ahead of the task (take_ahead.py)? Not in cluster mode,
+    nor where each take waits for replicas."""
 
     def __init__(self, redis_client: redis.Redis | RedisCluster,
                  prefix: str = k.DEFAULT_PREFIX) -> None:
@@ -246,26 +251,31 @@ class Protocol(UpkeepOperations, AdminOperations):
         return found[0], found[1] == "ok", found[2]
 
     def take(self, queue: str, listener_id: str, token: str, pid: int,
-             lease_ttl: float = LEASE_TTL
-             ) -> tuple[str, str, dict[str, str] | int | str, bool] | None:
+             lease_ttl: float = LEASE_TTL) -> Taken | None:
         """reserve, then start with ``pid``, in one step (take.lua: the runner's way, its task
         process forked ahead). None when the queue is empty, else ``(task id, 'ok', start's
         reply, more)`` (more: other tasks wait in the queue), ``(task id, 'skipped', why,
         False)`` (dropped, as reserve drops it) or ``(task id, 'unstarted', why, False)``
         (reserved, but a key of the wrong type refused the start: the caller puts it back)."""
+        return taken(self.script("take")(*self._take_call(queue, listener_id, token, pid,
+                                                          lease_ttl)))
+
+    def take_ahead(self, queue: str, listener_id: str, token: str, pid: int
+                   ) -> tuple[WireValue, ...]:
+        """take's command, to be sent ahead of the task behind a blocking peek (see
+        take_ahead.py); it records Redis's time when it runs. Its reply goes to ``taken()``."""
+        keys, args = self._take_call(queue, listener_id, token, pid, LEASE_TTL)
+        args[2] = ""  # reserve_next's now
+        return ("EVALSHA", self._scripts["take"].sha, len(keys), *keys, *args)
+
+    def _take_call(self, queue: str, listener_id: str, token: str, pid: int,
+                   lease_ttl: float) -> tuple[list[str], list[WireValue]]:
         keys, args = self._reserve_call(queue, listener_id, token)
-        found = self.script("take")(
-            keys=[*keys, self.keys.started(queue), self.keys.failed(queue),
-                  self.keys.lease_expiries(queue), self.keys.unique(queue),
-                  self.keys.error_types(queue)],
-            args=[*args, self.keys.lease(""), pid, int(lease_ttl * 1000),
-                  self.keys.failed_of_type(queue, "")])
-        if found is None:
-            return None
-        task_id, outcome, reply, *more = found
-        if isinstance(reply, list):
-            reply = dict(zip(reply[::2], reply[1::2], strict=True))
-        return task_id, outcome, reply, bool(more and more[0])
+        return ([*keys, self.keys.started(queue), self.keys.failed(queue),
+                 self.keys.lease_expiries(queue), self.keys.unique(queue),
+                 self.keys.error_types(queue)],
+                [*args, self.keys.lease(""), pid, int(lease_ttl * 1000),
+                 self.keys.failed_of_type(queue, "")])
 
     def _reserve_call(self, queue: str, listener_id: str, token: str
                       ) -> tuple[list[str], list[WireValue]]:

@@ -24,10 +24,10 @@ stops at once: tasks it reserved but had not started go back to the queue, and r
 left to finish in their own processes, which hold their own leases and record their own results;
 if they die, the reaper recovers their tasks after their lease expires.
 
-Where the rest lives: the blocking peek in waiter.py, the task processes (forking, hand-over,
-deadlines, recording a death) in children.py, the socket between the listener and each of them
-in channel.py, what runs inside one in task_process.py, its lease in lease.py, and the
-wake-up pipe in wakeup.py.
+Where the rest lives: the blocking peek in waiter.py, the take sent behind it in
+take_ahead.py, the task processes (forking, hand-over, deadlines, recording a death) in
+children.py, the socket between the listener and each of them in channel.py, what runs inside
+one in task_process.py, its lease in lease.py, and the wake-up pipe in wakeup.py.
 """
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import keys as k
-from .children import TaskProcesses, printable
+from .children import TaskProcesses
 from .orphans import recover_local_orphans
 from .outages import Outage, is_transient
 from .protocol import HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL
-from .waiter import PendingWaiter
+from .take_ahead import TakesAhead
+from .values import printable
+from .waiter import PendingWaiter, deaf
 from .wakeup import WakeupPipe
 
 if TYPE_CHECKING:
@@ -65,19 +67,17 @@ QUARANTINE_SECONDS = 10.0
 
 def _freeze_heap() -> bool:
     """Move every object the listener holds out of the garbage collector's reach (gc.freeze),
-    once, before its first fork: a task process's full collection would otherwise touch each of
-    them, and so copy every page of the listener's heap that holds one (copy-on-write: ~10 MiB
-    and ~20 ms for a bare listener, ~21 MiB and ~37 ms under a small Django project). What the
-    listener holds at start lives as long as it. Returns whether nothing was frozen before:
-    run() then unfreezes on return (else the program that embeds it froze objects of its own,
-    which unfreezing would release too)."""
+    once, before its first fork: a task process's full collection would otherwise copy every
+    page of the listener's heap (~10 MiB and ~20 ms for a bare listener, ~21 MiB and ~37 ms
+    under a small Django project). Returns whether nothing was frozen before: run() then
+    unfreezes on return (else the program that embeds it froze objects of its own)."""
     first = not gc.get_freeze_count()
     gc.collect()
     gc.freeze()
     return first
 
 
-class ForkingRunner(TaskProcesses):
+class ForkingRunner(TaskProcesses, TakesAhead):
     """blueque 1.0's ``ForkingRunner(client, queue, callback).run()``, extended.
 
     ``queue`` may be a list of queues. ``callback(task)`` runs in a forked process and returns
@@ -144,6 +144,7 @@ class ForkingRunner(TaskProcesses):
         self._lease = 0.0  # the ttl of the last heartbeat
         self._spare = None  # (pid, socket) of a task process forked ahead, waiting for a task
         self._handover = None  # the task last handed over, until its code starts
+        self._ahead = None  # the take sent behind the pending peek (take_ahead.py)
         self._rotation = 0
 
     # -- the listener's loop -----------------------------------------------------------------
@@ -218,6 +219,10 @@ class ForkingRunner(TaskProcesses):
                 if self._duties and current >= self._next_duties:
                     self._run_duties(current)
                 self._enforce_deadlines(current)
+                if deaf(self._armed_peeks(), current):
+                    logger.warning("listener %s: a blocking peek went unanswered; reconnecting",
+                                   self.listener_id)
+                    self._close_waiters(unblock=False)
                 if self._unsure and current >= self._next_settle:
                     self._settle_unsure(current)
                 empty = self._take_tasks() if self._accepting() else []
@@ -227,9 +232,9 @@ class ForkingRunner(TaskProcesses):
                     logger.info("listener %s: queues drained, burst done", self.listener_id)
                     return
                 for queue in empty:
-                    self._waiters[queue].arm()
+                    self._arm(queue)
             except redis.RedisError as exc:
-                self._close_waiters()
+                self._close_waiters(unblock=False)
                 self._next_beat = 0.0  # re-register as soon as Redis answers again
                 self._wait(self._outage.failed(exc), [])
                 continue
@@ -262,6 +267,7 @@ class ForkingRunner(TaskProcesses):
         if self._handover:
             times.append(self._handover[1])
         times += self._quarantine.values()
+        times += [peek.due for peek in self._armed_peeks()]
         for child in self.children.values():
             if child.deadline and not child.stop_reason:
                 times.append(child.deadline)
@@ -276,7 +282,10 @@ class ForkingRunner(TaskProcesses):
             return []
         return [peek for waiter in self._waiters.values() for peek in waiter.peeks if peek.armed]
 
-    def _close_waiters(self) -> None:
+    def _close_waiters(self, unblock: bool = True) -> None:
+        """Close the peeks, withdrawing the take sent ahead (by CLIENT UNBLOCK, unless Redis
+        just failed)."""
+        self._withdraw_ahead(time.monotonic(), unblock)
         for waiter in self._waiters.values():
             waiter.close()
 
@@ -327,6 +336,7 @@ class ForkingRunner(TaskProcesses):
             logger.error("listener %s: queue %s set aside for %g s: %s", self.listener_id,
                          queue, QUARANTINE_SECONDS, why)
         self._quarantine[queue] = current + QUARANTINE_SECONDS
+        self._withdraw_ahead(current)
         self._waiters[queue].close()
 
     # -- children -----------------------------------------------------------------------------
@@ -382,6 +392,8 @@ class ForkingRunner(TaskProcesses):
         self._drop_spare()
         self._close_channels()  # tasks still running (a stop at once) record their own ends
         try:
+            if self._unsure:  # e.g. a take sent ahead whose reply was lost
+                self._settle_unsure(time.monotonic())
             for queue in self.queues:
                 released = self._protocol.release_listener(self.listener_id, queue, own=True)
                 if released and released[0]:

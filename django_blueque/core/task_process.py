@@ -166,3 +166,18 @@ def _rehearse(protocol):
 
 def _raise_stop(signum, frame):
     raise StopRequested(f"stopped by signal {signum}")
+
+
+def describe_exit(status):
+    """What the exit status of a child that did not report says, in words."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown"
+        return f"process killed by signal {number} ({name})"
+    code = os.waitstatus_to_exitcode(status)
+    if code:
+        return f"process exited with status {code} without reporting a result"
+    return "process exited without reporting a result"

@@ -1,6 +1,7 @@
 """Task-field values read and written the same way by the engine and the Django app: numbers
-parsed leniently from what Redis holds (anyone may have written it), and an exception as the
-error fields of a task hash. Standard library only, like the rest of the engine."""
+parsed leniently from what Redis holds (anyone may have written it), an exception as the
+error fields of a task hash, an id as a log line, and take.lua's reply. Standard library only,
+like the rest of the engine."""
 
 import json
 import math
@@ -93,3 +94,22 @@ def parse_errors(fields: Mapping[str, str | None]) -> list[ErrorEntry]:
     if not isinstance(entries, list):
         return []
     return [_entry(entry) for entry in entries if isinstance(entry, dict)]
+
+
+def printable(text: str) -> str:
+    """An id or name from Redis as one log line: control characters escaped."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+Taken = tuple[str, str, "dict[str, str] | int | str", bool]
+"""What a take found: see Protocol.take."""
+
+
+def taken(found: list[Any] | None) -> Taken | None:
+    """take.lua's reply as Protocol.take returns it."""
+    if found is None:
+        return None
+    task_id, outcome, reply, *more = found
+    if isinstance(reply, list):
+        reply = dict(zip(reply[::2], reply[1::2], strict=True))
+    return task_id, outcome, reply, bool(more and more[0])

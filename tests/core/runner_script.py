@@ -5,7 +5,8 @@
         then blocks; SIGTERM stops it. Exit status 0 on a clean stop, 3 otherwise. --duties S runs
         enqueue_due_tasks() and a Reaper's pass every S seconds in the listener. --policy JSON
         gives every queue that policy; --slow-end makes on_task_end take 12 s; --cluster: URL
-        names a node of a Redis Cluster; --begin-wait S sets children.BEGIN_WAIT; --answer-wait
+        names a node of a Redis Cluster; --begin-wait S sets children.BEGIN_WAIT; --block-seconds S
+        sets waiter.BLOCK_SECONDS and --answer-grace S waiter.ANSWER_GRACE; --answer-wait
         S sets channel.ANSWER_WAIT; --linger S keeps the process (and the runner object) alive S
         seconds after run() returns, as a program that embeds a runner goes on.
     reap URL --at T
@@ -24,7 +25,15 @@ import os
 import sys
 import time
 
-from django_blueque.core import Client, ForkingRunner, channel, children, enqueue_due_tasks, reap
+from django_blueque.core import (
+    Client,
+    ForkingRunner,
+    channel,
+    children,
+    enqueue_due_tasks,
+    reap,
+    waiter,
+)
 from django_blueque.core.maintenance import Reaper
 from tests.core import callbacks
 
@@ -40,6 +49,10 @@ def run(args):
         children.BEGIN_WAIT = args.begin_wait
     if args.answer_wait is not None:
         channel.ANSWER_WAIT = args.answer_wait
+    if args.block_seconds is not None:
+        waiter.BLOCK_SECONDS = args.block_seconds
+    if args.answer_grace is not None:
+        waiter.ANSWER_GRACE = args.answer_grace
     client_duties = None
     if args.duties:
         reaper = Reaper(client)
@@ -96,6 +109,8 @@ def main(argv=None):
     runner.add_argument("--cluster", action="store_true", help="a Redis Cluster's node URL")
     runner.add_argument("--begin-wait", type=float, default=None,
                         help="how long the next spare's fork waits for a handed task to begin")
+    runner.add_argument("--block-seconds", type=int, default=None)
+    runner.add_argument("--answer-grace", type=float, default=None)
     runner.add_argument("--answer-wait", type=float, default=None,
                         help="how long a task process waits for its listener to record its end")
     runner.add_argument("--linger", type=float, default=0.0,

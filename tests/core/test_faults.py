@@ -295,10 +295,11 @@ def test_a_task_reserved_by_a_call_whose_reply_was_lost_is_not_stranded(client, 
     timeout (5 s). The task is in the reserved list of a listener that never handed it to its
     process and that, alive, no reaper releases before the task's lease lapses (and then as a
     failed run). The listener looks for the lost call's token and puts the task back, its
-    attempt uncounted; it runs once."""
+    attempt uncounted; it runs once. (A listener of two queues, which sends no take ahead of
+    its task: test_take_ahead.py loses the reply of one.)"""
     take_sha = client.protocol.script("take").sha.encode()
     proxy = ReplyLosingProxy(int(redis_url.rsplit(":", 1)[1].split("/")[0]), take_sha)
-    runner = Runner(proxy.url, "q", tmp_path, tag, concurrency=1)
+    runner = Runner(proxy.url, "q,other", tmp_path, tag, concurrency=1)
     try:
         wait_for(lambda: any("blmove" in c.get("cmd", "") for c in r.client_list()), 20,
                  runner.describe)  # it reserved once (the script is loaded) and waits
