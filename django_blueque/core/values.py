@@ -105,11 +105,9 @@ Taken = tuple[str, str, "dict[str, str] | int | str", bool]
 """What a take found: see Protocol.take."""
 
 
-def taken(found: list[Any] | None) -> Taken | None:
-    """take.lua's reply as Protocol.take returns it."""
+def taken(found: str | None) -> Taken | None:
+    """take.lua's reply (a JSON text) as Protocol.take returns it."""
     if found is None:
         return None
-    task_id, outcome, reply, *more = found
-    if isinstance(reply, list):
-        reply = dict(zip(reply[::2], reply[1::2], strict=True))
+    task_id, outcome, reply, *more = json.loads(found)
     return task_id, outcome, reply, bool(more and more[0])

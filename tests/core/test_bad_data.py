@@ -60,6 +60,19 @@ def test_a_non_numeric_timeout_or_attempts_does_not_stop_the_queue(client, r):
     assert client.get_task(first).attempts == 1
 
 
+def test_a_task_whose_fields_are_not_utf8_runs_with_them_replaced(client, redis_url):
+    """take.lua hands the task's fields over as one JSON text, which Lua's cjson writes with
+    the bytes as they are: what is not UTF-8 reads as U+FFFD, as every other read has it."""
+    task_id = client.get_queue("q").enqueue("placeholder")
+    raw = redis.Redis.from_url(redis_url)  # bytes
+    raw.hset(f"blueque_task_{task_id}", mapping={"parameters": b"caf\xc3\xa9 \xff\xfe\"/\\",
+                                                 b"\xc3": b"\x00"})
+    raw.close()
+    drain(client)
+    task = client.get_task(task_id)
+    assert (task.status, task.result) == ("complete", 'done:café \ufffd\ufffd"/\\')
+
+
 def test_a_queue_whose_keys_are_garbage_is_set_aside_and_the_others_go_on(client, r, caplog):
     r.set("blueque_pending_tasks_q", "not a list")
     good = client.get_queue("other").enqueue("fine")
