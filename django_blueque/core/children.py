@@ -183,34 +183,33 @@ class TaskProcesses:
             return
         assert self._spare is not None  # _take readied it
         pid, sock = self._spare
-        unsent: socket.socket | None = sock  # closed below unless it becomes the handover
         self._spare = None
-        self.tasks_taken += 1
         fields = reply if isinstance(reply, dict) else {}
-        timeout = positive_seconds(fields.get("timeout")) or self.policy(queue).get("timeout")
-        child = self.children[pid] = Child(pid, queue, task_id, token, timeout)
-        try:
-            if fields:
+        handed = False
+        if fields:  # sent first: the task's process gets on while the listener takes note
+            try:
                 sock.sendall(json.dumps({"queue": queue, "token": token, "id": task_id,
                                          "fields": fields}).encode() + b"\n")
-                child.handed = True
-                child.channel = Channel(sock, lambda end: self._record_end(child, end))
-                unsent = None
-                if not more:
-                    self._handover = (child.channel, time.monotonic() + BEGIN_WAIT)
-                task_logger.info("task %s (%s) started in pid %d", printable(task_id), queue, pid)
-            elif outcome == "unstarted":
-                task_logger.error("task %s (%s) not started: %s", printable(task_id), queue,
-                                  reply)
-                self._record_or_later(lambda: self._record_unstarted(child))
-            else:
-                task_logger.info("task %s (%s) not started: %s", printable(task_id), queue,
-                                 "cancelled" if reply == -1 else "no longer reserved here")
-        except OSError:
-            pass  # the process died before it got the task: _child_ended puts it back
-        finally:
-            if unsent is not None:
-                unsent.close()
+                handed = True
+            except OSError:
+                pass  # the process died before it got the task: _child_ended puts it back
+        self.tasks_taken += 1
+        timeout = positive_seconds(fields.get("timeout")) or self.policy(queue).get("timeout")
+        child = self.children[pid] = Child(pid, queue, task_id, token, timeout)
+        if handed:
+            child.handed = True
+            child.channel = Channel(sock, lambda end: self._record_end(child, end))
+            if not more:
+                self._handover = (child.channel, time.monotonic() + BEGIN_WAIT)
+            task_logger.info("task %s (%s) started in pid %d", printable(task_id), queue, pid)
+            return
+        sock.close()
+        if outcome == "unstarted":
+            task_logger.error("task %s (%s) not started: %s", printable(task_id), queue, reply)
+            self._record_or_later(lambda: self._record_unstarted(child))
+        elif not fields:
+            task_logger.info("task %s (%s) not started: %s", printable(task_id), queue,
+                             "cancelled" if reply == -1 else "no longer reserved here")
 
     def _keep_spare(self) -> None:
         """Have a spare task process ready (not in burst mode, where the listener is about to
