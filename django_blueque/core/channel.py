@@ -2,9 +2,9 @@
 fork), and what goes through it:
 
 1. the listener writes the task (one JSON line; nothing, and the socket closed: the spare is
-   not to run);
-2. the process writes one byte when the task's code starts (the listener forks its next spare
-   then, see children.BEGIN_WAIT);
+   not to run), maybe after a ROUSE (the task is coming);
+2. the process writes one byte once the task's code runs, unless its end comes first (the
+   listener forks its next spare then, see children.BEGIN_WAIT);
 3. at the task's end, the process writes how it ended (one JSON line) and the listener records
    it with its own connection, then answers with the outcome.
 
@@ -19,12 +19,20 @@ it (finish.lua answers 'stale' to a second recording).
 from __future__ import annotations
 
 import json
+import os
 import select
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
 BEGUN = b"."
+ROUSE = b"+"
+ROUSED_SECONDS = 0.002
+"""A spare's task is on its way: its listener's peek just returned, with a take sent ahead
+(take_ahead.py). The spare then polls its socket rather than sleep on it, for at most this
+long, so that the task finds it awake: on an idle core, a process woken by a write took
+0.1-0.2 ms to run."""
 NOT_RECORDED = "-"
 ANSWER_WAIT = 2.0
 """Seconds a task process waits for its listener to record its end before recording it
@@ -40,20 +48,34 @@ records itself, so that the listener never buffers a large value."""
 
 def read_task(sock: socket.socket) -> bytes:
     """The task the listener writes (a JSON line), or b'' if it closed the socket instead
-    (the task is not to run): then the socket is closed here too."""
+    (the task is not to run): then the socket is closed here too. After a ROUSE, the socket
+    is polled rather than slept on, for at most ROUSED_SECONDS."""
     data = b""
+    polled_until = 0.0
     while not data.endswith(b"\n"):
-        chunk = sock.recv(1 << 16)
+        if polled_until:
+            try:
+                chunk = sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if time.monotonic() >= polled_until:
+                    polled_until = 0.0
+                os.sched_yield()  # its listener may be on this core, on the task's way here
+                continue
+        else:
+            chunk = sock.recv(1 << 16)
         if not chunk:
             if not data:
                 sock.close()
             return data
+        if not data and chunk.startswith(ROUSE):
+            chunk = chunk.lstrip(ROUSE)
+            polled_until = time.monotonic() + ROUSED_SECONDS
         data += chunk
     return data
 
 
 def say_begun(sock: socket.socket) -> None:
-    """Tell the listener the task's code is starting: it forks its next spare then."""
+    """Tell the listener the task's code runs: it forks its next spare then."""
     try:
         sock.send(BEGUN, socket.MSG_NOSIGNAL)
     except OSError:
@@ -117,8 +139,10 @@ class Channel:
         if not data:
             self.close()  # the process exited (or closed it): nothing more will come
             return
-        if not self.begun:
-            self.begun, data = True, data[len(BEGUN):]
+        if not self.begun:  # its end may come first (see lease.LeaseKeeper.keep)
+            self.begun = True
+            if data.startswith(BEGUN):
+                data = data[len(BEGUN):]
         self.inbox += data
         if len(self.inbox) > LARGEST_END:
             self.close()  # not what a task process sends: let it record its end itself

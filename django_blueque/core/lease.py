@@ -18,6 +18,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import redis
@@ -44,14 +45,18 @@ class LeaseKeeper(threading.Thread):
         super().__init__(name="blueque-lease", daemon=True)
         self._given = threading.Event()
         self._job: tuple[RunningTask, int, bool, float] | None = None
+        self._begun: Callable[[], object] | None = None
 
-    def keep(self, running: RunningTask, parent_pid: int, own_process: bool) -> None:
+    def keep(self, running: RunningTask, parent_pid: int, own_process: bool,
+             begun: Callable[[], object] | None = None) -> None:
         """Renew ``running``'s lease until ``running.finished`` is set. ``own_process``: this
         process exists for the task alone (a forking runner's child), so it may stop itself
         when the lease is lost, and enforce the task's timeout once its listener
         (``parent_pid``) is gone; otherwise losing the lease only makes ``should_stop()``
-        true."""
+        true. ``begun()`` is called first, from the thread: once the task's code runs (the
+        thread waits for the interpreter's lock), unless the task's end is recorded by then."""
         self._job = (running, parent_pid, own_process, time.monotonic())
+        self._begun = begun
         self._given.set()
         if not self.is_alive():
             self.start()
@@ -59,6 +64,10 @@ class LeaseKeeper(threading.Thread):
     def run(self):
         self._given.wait()
         running, parent_pid, own_process, began = self._job
+        if self._begun is not None:
+            with running.recording:
+                if not running.finished.is_set():
+                    self._begun()
         outage = Outage(logger, f"task {running.id}: lease", first_pause=RETRY_EVERY)
         pause = RENEW_EVERY
         while not running.finished.wait(pause):

@@ -249,6 +249,7 @@ class ForkingRunner(TaskProcesses, TakesAhead):
             readable, _, _ = select.select([self._wakeup, *waiters], [], [], max(0.0, timeout))
         except (OSError, ValueError):
             readable = []  # a waiter's socket went away; the next round reconnects
+        self._rouse_spare(readable)
         for ready in readable:
             if ready is self._wakeup:
                 self._wakeup.drain()

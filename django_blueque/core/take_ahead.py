@@ -22,14 +22,14 @@ until the listener takes a task, so an idle listener costs Redis what it did.
 from __future__ import annotations
 
 import logging
+import socket
 from typing import TYPE_CHECKING, Any
 
+from .channel import ROUSE
 from .protocol import new_token
 from .values import Taken, printable, taken
 
 if TYPE_CHECKING:
-    import socket
-
     from .client import Client
     from .protocol import Protocol
     from .waiter import PendingWaiter
@@ -101,6 +101,18 @@ class TakesAhead:
             if pending.behind is None:  # refused (see Peek.arm)
                 self._ahead = None
         waiter.arm()
+
+    def _rouse_spare(self, readable: list[Any]) -> None:
+        """The peek of the take sent ahead returned (``readable``, from select): the spare it
+        names wakes up now, while the listener reads the take's reply, for the task it may
+        bring (channel.ROUSE)."""
+        ahead, spare = self._ahead, self._spare
+        if (ahead is not None and spare is not None and spare[0] == ahead.pid
+                and self._waiters[ahead.queue].peeks[0] in readable):
+            try:
+                spare[1].send(ROUSE, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            except OSError:
+                pass  # it died: the listener finds out as it reaps it
 
     def _taken_ahead(self, current: float, unblock: bool = True
                      ) -> tuple[str, str, int, Taken] | None:

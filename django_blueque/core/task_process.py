@@ -91,8 +91,11 @@ class TaskProcess:
         timeout = positive_seconds(task.fields.get("timeout")) or policy.get("timeout")
         running = RunningTask(self.protocol, task, token, timeout, queue)
         set_current_task(running)
-        keeper.keep(running, parent_pid, own_process=True)
-        say_begun(handover)
+        # the thread that renews its lease (set by the take, for LEASE_TTL) tells the listener
+        # the task began once the task's code runs: woken now, it runs when that code first
+        # waits, or 5 ms on. Told from here, the listener forked its next spare beside the
+        # task's first line, and delayed it by the fork's milliseconds one time in ten
+        keeper.keep(running, parent_pid, own_process=True, begun=lambda: say_begun(handover))
         code = ""  # the exception's code attribute, for the error history
         try:
             value = encode_result(self.callback(task))

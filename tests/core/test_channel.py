@@ -1,0 +1,108 @@
+"""The socket between a listener and a task process (channel.py), and when the process says its
+task began (lease.LeaseKeeper): real socket pairs and a real thread, no Redis needed."""
+
+import json
+import socket
+import threading
+import time
+
+from django_blueque.core.channel import BEGUN, ROUSE, ROUSED_SECONDS, Channel, read_task
+from django_blueque.core.context import RunningTask
+from django_blueque.core.lease import LeaseKeeper
+from django_blueque.core.task import Task
+
+TASK = json.dumps({"queue": "q", "token": "t", "id": "i", "fields": {"attempts": "1"}}).encode()
+
+
+def test_a_spare_roused_then_handed_its_task_reads_the_task_alone():
+    listener, spare = socket.socketpair()
+    with listener, spare:
+        listener.sendall(ROUSE)
+        listener.sendall(TASK + b"\n")
+        assert read_task(spare) == TASK + b"\n"
+
+
+def test_a_roused_spare_whose_task_comes_late_waits_for_it():
+    """The polling after a ROUSE ends (a take sent ahead that found nothing): the spare then
+    sleeps on its socket until the task comes."""
+    listener, spare = socket.socketpair()
+    with listener, spare:
+        listener.sendall(ROUSE)
+        later = threading.Timer(ROUSED_SECONDS * 50, lambda: listener.sendall(TASK + b"\n"))
+        later.start()
+        try:
+            assert read_task(spare) == TASK + b"\n"
+        finally:
+            later.join()
+
+
+def test_a_roused_spare_let_go_reads_nothing_and_closes_its_end():
+    listener, spare = socket.socketpair()
+    with listener:
+        listener.sendall(ROUSE + ROUSE)
+        listener.close()
+        assert read_task(spare) == b""
+        assert spare.fileno() == -1
+
+
+def test_an_end_sent_before_the_task_is_said_to_have_begun_is_recorded():
+    """The process says its task began from its lease thread, which may run only after the
+    task's end was sent (a short task): the end is recorded all the same, and counts as
+    begun."""
+    ends = []
+    listener, process = socket.socketpair()
+    with process:
+        channel = Channel(listener, lambda end: ends.append(end) or "complete")
+        end = {"outcome": "complete", "value": "v"}
+        process.sendall(json.dumps(end).encode() + b"\n")
+        channel.settle()
+        assert (ends, channel.begun) == ([end], True)
+        assert process.recv(64) == b"complete\n"
+        channel.close()
+
+
+def test_an_end_sent_after_begun_is_recorded_without_the_begun_byte():
+    ends = []
+    listener, process = socket.socketpair()
+    with process:
+        channel = Channel(listener, lambda end: ends.append(end) or "complete")
+        process.sendall(BEGUN)
+        channel.settle()
+        assert (ends, channel.begun) == ([], True)
+        process.sendall(b'{"outcome": "failed"}\n')
+        channel.settle()
+        assert ends == [{"outcome": "failed"}]
+        channel.close()
+
+
+def _running():
+    return RunningTask(None, Task("i", {"attempts": "1"}), "t")  # no renewal within the test
+
+
+def test_the_lease_thread_says_begun_once_the_tasks_code_runs():
+    """Said before the task's code (as it was), the listener's fork of its next spare took the
+    task's core away just as the code began, one pickup in ten."""
+    order = []
+    keeper, running = LeaseKeeper(), _running()
+    keeper.start()
+    try:
+        keeper.keep(running, 0, own_process=False, begun=lambda: order.append("begun"))
+        order.append("the task's code")  # the thread waits for the interpreter's lock
+        deadline = time.monotonic() + 5
+        while len(order) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert order == ["the task's code", "begun"]
+    finally:
+        running.finished.set()
+        keeper.join(5)
+
+
+def test_the_lease_thread_says_nothing_of_a_task_whose_end_is_recorded():
+    said = []
+    keeper, running = LeaseKeeper(), _running()
+    keeper.start()
+    keeper.keep(running, 0, own_process=False, begun=lambda: said.append("begun"))
+    running.finished.set()  # before the thread got the interpreter's lock
+    keeper.join(5)
+    assert not keeper.is_alive()
+    assert said == []
