@@ -18,6 +18,7 @@ a pool of fewer than SMALL_POOL connections, where it could be the one a thread 
 from __future__ import annotations
 
 import os
+import select
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -68,13 +69,16 @@ class KeptConnection:
 def _reconnect_if_stale(connection: Any) -> None:
     """The check redis-py's pool makes of each connection it hands out: connected (raising
     when Redis cannot be reached), and one with something to read while it was idle (the
-    server closed it, e.g. on a restart; or a reply was left unread) connected afresh."""
+    server closed it, e.g. on a restart; or a reply was left unread) connected afresh. Asked
+    of the socket with one poll: redis-py's ``can_read()`` reads it with its timeout changed
+    and restored, five system calls that cost a one-task enqueue 8-10 of its ~110 us. (A
+    kept connection reads every reply it is sent, so its parser holds nothing in between.)"""
     connection.connect()  # a no-op when connected
     try:
-        if not connection.can_read():
+        if not select.select([connection._sock], [], [], 0)[0]:
             return
-    except (redis.ConnectionError, redis.TimeoutError, OSError):
-        pass
+    except (OSError, ValueError, TypeError):
+        pass  # closed meanwhile: connected afresh below
     connection.disconnect()
     connection.connect()
 
