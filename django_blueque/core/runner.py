@@ -50,7 +50,6 @@ from .orphans import recover_local_orphans
 from .outages import Outage, is_transient
 from .protocol import HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL
 from .take_ahead import TakesAhead
-from .values import printable
 from .waiter import PendingWaiter, deaf
 from .wakeup import WakeupPipe
 
@@ -370,8 +369,7 @@ class ForkingRunner(TaskProcesses, TakesAhead):
                     queues.remove(queue)
                     empty.append(queue)
                 elif taken[1] == "skipped":
-                    logger.warning("queue %s: dropped id %s: %s", queue, printable(taken[0]),
-                                   taken[2])
+                    self._dropped(queue, taken)
                 elif self._lease != HEARTBEAT_TTL:
                     self._next_beat = 0.0  # busy now: say so once the task is handed
         return empty

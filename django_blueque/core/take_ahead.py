@@ -139,9 +139,17 @@ class TakesAhead:
         """Withdraw the take sent ahead: its spare is going, or the listener stops taking (or
         Redis fails: ``unblock`` False). A task it took goes back to its queue, uncounted."""
         answer = self._taken_ahead(current, unblock)
-        if answer is not None and answer[3][1] != "skipped":
-            queue, token, pid, (task_id, *_) = answer
-            self._put_back(queue, token, pid, task_id)
+        if answer is not None:
+            queue, token, pid, found = answer
+            if found[1] == "skipped":
+                self._dropped(queue, found)
+            else:
+                self._put_back(queue, token, pid, found[0])
+
+    @staticmethod
+    def _dropped(queue: str, found: Taken) -> None:
+        """Log an id a take dropped from the queue (reserve.lib's 'skipped': no task there)."""
+        logger.warning("queue %s: dropped id %s: %s", queue, printable(found[0]), found[2])
 
     def _settle_unsure(self, current: float) -> None:
         """A take whose reply was lost (its connection cut, or Redis stalled past the socket

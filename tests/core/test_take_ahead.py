@@ -8,6 +8,7 @@ import os
 import select
 import signal
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -44,6 +45,20 @@ def gone(pid):
         return not pid_alive(pid) and os.listdir(f"/proc/{pid}/task") == [str(pid)]
     except FileNotFoundError:
         return True
+
+
+@contextmanager
+def spare_killed_while_stopped(runner):
+    """The listener stopped (SIGSTOP) and its spare killed, dead before the listener can look;
+    the listener goes on as the block ends. Yields the spare's pid."""
+    [spare] = wait_for(lambda: children_of(runner.pid), 10, runner.describe)
+    runner.signal(signal.SIGSTOP)
+    try:
+        os.kill(spare, signal.SIGKILL)
+        wait_for(lambda: gone(spare), 10)
+        yield spare
+    finally:
+        runner.signal(signal.SIGCONT)
 
 
 def status(r, task_id):
@@ -159,18 +174,27 @@ def test_a_spare_that_died_with_the_take_ahead_gives_its_task_back(client, r, st
     runner = start_runner()
     complete_once(client, r, client.get_queue("q").enqueue("warm up"), runner)
     ahead_connection(r, runner)
-    [spare] = wait_for(lambda: children_of(runner.pid), 10, runner.describe)
-    runner.signal(signal.SIGSTOP)
-    try:
-        os.kill(spare, signal.SIGKILL)
-        wait_for(lambda: gone(spare), 10)  # dead before the listener can look
+    with spare_killed_while_stopped(runner) as spare:
         task_id = client.get_queue("q").enqueue("after the spare")
         wait_for(lambda: r.hget(f"blueque_task_{task_id}", "pid") == str(spare), 10)
-    finally:
-        runner.signal(signal.SIGCONT)
     complete_once(client, r, task_id, runner)
     assert runs_of(r, task_id)[0]["pid"] != spare
     assert "back to the queue" in runner.output()
+
+
+def test_a_withdrawn_take_that_dropped_garbage_says_so(client, r, start_runner):
+    """A take that dropped an id of the pending list (its key holds no task) logs it, as any
+    take does, when the listener learns of it by withdrawing the take (its spare died)."""
+    runner = start_runner()
+    complete_once(client, r, client.get_queue("q").enqueue("warm up"), runner)
+    ahead_connection(r, runner)
+    with spare_killed_while_stopped(runner):
+        r.set("blueque_task_junk", "x")
+        r.lpush("blueque_pending_tasks_q", "junk")
+        wait_for(lambda: not r.exists("blueque_pending_tasks_q"), 10)  # the take dropped it
+    wait_for(lambda: "dropped id junk: its task key holds a string" in runner.output(), 10,
+             runner.describe)
+    complete_once(client, r, client.get_queue("q").enqueue("after the junk"), runner)
 
 
 def test_a_script_redis_lost_falls_back_to_the_usual_take(client, r, start_runner):
