@@ -33,8 +33,9 @@ def export(revision, directory):
         return HERE.parent
     archive = subprocess.run(["git", "archive", revision], cwd=HERE.parent, check=True,
                              capture_output=True).stdout
+    safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # 3.11.4 and later
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(directory, filter="data")
+        tar.extractall(directory, **safe)
     return Path(directory)
 
 
