@@ -65,3 +65,28 @@ def test_the_ab_benchmark_runs_a_revision_beside_the_working_tree():
         assert "(3 samples); drain " in line and " tasks/s" in line, line
         p50, p90, p99 = map(float, line.split("p50/p90/p99 ")[1].split(" ms")[0].split("/"))
         assert 0 < p50 <= p90 <= p99, line
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_breakdown_accounts_for_each_process_cpu_and_page_faults():
+    """bench/breakdown.py: the stages of a task, the floors, and the drain's CPU account, user
+    and system apart, with the page faults of the listener and of its task processes (a
+    process per task: each forked process faults on the pages it writes)."""
+    proc = subprocess.run([sys.executable, str(BENCH.parent / "breakdown.py"), "--tasks", "20"],
+                          capture_output=True, text=True, timeout=280, cwd=BENCH.parent.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    account = proc.stdout.split("CPU per task while one listener drains 20 queued")[1]
+    rows = {}
+    for line in account.strip().splitlines()[1:]:
+        total, rest = line.split(None, 1)
+        rows[rest.split(" (")[0].split(":")[0]] = (float(total), rest)
+    assert set(rows) == {"listener", "task processes", "redis-server", "in all"}
+    for who in ("listener", "task processes"):
+        total, rest = rows[who]
+        user, system = map(float, rest.split("(")[1].split(";")[0].split(" + "))
+        faults = int(rest.split("; ")[1].split(" faults")[0])
+        assert total == pytest.approx(user + system, abs=0.002), rest
+        assert faults > 0, rest  # a forked process writes to pages it shares: it faults
+    assert rows["in all"][0] == pytest.approx(
+        sum(rows[who][0] for who in ("listener", "task processes", "redis-server")), abs=0.005)
