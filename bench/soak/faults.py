@@ -51,18 +51,25 @@ class Faults:
             time.sleep(0.3)
 
     def _reserved_unstarted(self, listener):
-        """Ids of tasks the listener holds reserved but has not started (a listener's info hash
-        names its pid; its reserved lists are found from its id)."""
+        """Ids of tasks the listener holds whose code has not begun: reserved, or taken and not
+        yet handed over (take.lua reserves and starts in one step, naming the spare: a started
+        task with no start in the side channel for its attempt). A listener's info hash names
+        its pid; its reserved lists are found from its id."""
         keys = self.soak.keys
         try:
             client = self.soak.redis.admin()
+            begun = {(event.task_id, event.attempt) for event in read_events(self.soak.events_path)
+                     if event.kind == "start"}
             ids = set()
             for queue in QUEUES:
                 for listener_id in client.smembers(keys.listeners(queue)):
                     if client.hget(keys.listener_info(listener_id), "pid") != str(listener.pid):
                         continue
                     for task_id in client.lrange(keys.reserved(queue, listener_id), 0, -1):
-                        if client.hget(keys.task(task_id), "status") == "reserved":
+                        status, attempts = client.hmget(keys.task(task_id), "status", "attempts")
+                        taken = status == "started" and attempts and attempts.isdigit() and (
+                            task_id, int(attempts)) not in begun
+                        if status == "reserved" or taken:
                             ids.add(task_id)
             client.close()
             return ids
