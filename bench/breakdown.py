@@ -29,7 +29,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 import redis  # noqa: E402
 from infra import child, private_redis  # noqa: E402
 
-from django_blueque.core import Client, children, runner, take_ahead, waiter  # noqa: E402
+from django_blueque.core import Client, children, runner, spares, take_ahead, waiter  # noqa: E402
+from django_blueque.core.fork_server import NAME  # noqa: E402
 from django_blueque.core.protocol import Protocol  # noqa: E402
 
 QUEUE = "breakdown"
@@ -75,7 +76,7 @@ def listen(url, path):
             record("take", began, now())
         return answer
     take_ahead.TakesAhead._taken_ahead = collected
-    children.TaskProcesses._spawn = timed("fork_spare", children.TaskProcesses._spawn)
+    spares.Spares._spawn = timed("fork_spare", spares.Spares._spawn)
     children.TaskProcesses._child_ended = timed(  # once per reaped task process
         "collected", children.TaskProcesses._child_ended)
     runner.ForkingRunner(Client(url), QUEUE, noop, concurrency=1).run()
@@ -111,7 +112,7 @@ def stages(path, enqueued):
                 (first["finish"][3] - first["callback"][2]) * ms,
             "finish recorded to the exit collected (exit, SIGCHLD, waitpid)":
                 (first["collected"][3] - first["finish"][3]) * ms,
-            "fork of the next spare (in the listener)":
+            "the next spare forked, or from the fork server (the listener's wait)":
                 (spare[0][3] - spare[0][2]) * ms if spare else 0.0,
             "task's code started to the next spare's fork begun":
                 (spare[0][2] - first["callback"][2]) * ms if spare else 0.0,
@@ -165,23 +166,44 @@ def listen_plainly(url):
     runner.ForkingRunner(Client(url), QUEUE, lambda task: "", concurrency=1).run()
 
 
-def account(pid):
+def _cpu_and_faults(pid):
     """A process's user and system CPU seconds and minor page faults (copy-on-write faults
     among them), then the same for its children it reaped."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
     minflt, cminflt = int(fields[7]), int(fields[8])
     utime, stime, cutime, cstime = (int(value) / tick for value in fields[11:15])
-    return {"listener": (utime, stime, minflt), "task processes": (cutime, cstime, cminflt)}
+    return (utime, stime, minflt), (cutime, cstime, cminflt)
+
+
+def _fork_server(pid):
+    """The listener's fork server (fork_server.py), if it has one."""
+    for child_pid in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        if Path(f"/proc/{child_pid}/comm").read_bytes().strip() == NAME:
+            return int(child_pid)
+    return None
+
+
+def account(pid):
+    """The listener's CPU and faults, its fork server's if it has one, and their reaped task
+    processes'."""
+    own, reaped = _cpu_and_faults(pid)
+    rows = {"listener": own, "task processes": reaped}
+    server = _fork_server(pid)
+    if server is not None:
+        rows["fork server"], its_reaped = _cpu_and_faults(server)
+        rows["task processes"] = tuple(map(sum, zip(reaped, its_reaped, strict=True)))
+    return rows
 
 
 def drain_cpu(url, tasks):
     """Per no-op task while one listener (concurrency 1) drains ``tasks`` queued at once: the
-    user and system CPU milliseconds and the minor page faults of the listener and of its
-    task processes (reaped), Redis's CPU; and the rate. On Linux, a process per task spends
-    most of it in the kernel: a fork copies the page-table entry of each of the listener's
-    anonymous pages (its heap: mostly the code of the modules it imported), the first write
-    to a page two processes share copies it, an exit tears the page table down."""
+    user and system CPU milliseconds and the minor page faults of the listener, of its fork
+    server and of its task processes (reaped), Redis's CPU; and the rate. On Linux, a process
+    per task spends most of it in the kernel: a fork copies the page-table entry of each of the
+    forking process's anonymous pages (its heap: mostly the code of the modules it imported),
+    the first write to a page two processes share copies it, an exit tears the page table
+    down."""
     client = Client(url)
 
     def redis_cpu():

@@ -10,7 +10,7 @@ from pathlib import Path
 import redis
 
 from .ledger import read_events
-from .servers import children_of, wait_for_ping, waiting_for_its_task
+from .servers import descendants_of, wait_for_ping, waiting_for_its_task
 
 LEASE = 15.0  # the engine's listener and task lease, which the long stops must outlast
 QUEUES = ("soak.short", "soak.sleep", "soak.eta", "soak.flaky", "soak.doomed")
@@ -95,8 +95,8 @@ class Faults:
         running tasks are recovered from their leases alone."""
         listener = self._await_long_runs(self._listeners(skewed))
         held = self._reserved_unstarted(listener)
-        os.kill(listener.pid, signal.SIGSTOP)  # its children are listed before it dies
-        children = children_of(listener.pid)
+        os.kill(listener.pid, signal.SIGSTOP)  # its processes are listed before it dies
+        children = descendants_of(listener.pid)
         running = self._running_tasks()
         listener.expect_exit()
         at = time.time()
@@ -142,7 +142,7 @@ class Faults:
                         if self.soak.kind_of(task_id) == "sleep"}
             if listeners is None and sleeping:
                 return None
-            busy = [p for p in listeners or () if sleeping & set(children_of(p.pid))]
+            busy = [p for p in listeners or () if sleeping & set(descendants_of(p.pid))]
             if busy:
                 return self.rng.choice(busy)
             time.sleep(0.3)
@@ -226,13 +226,14 @@ class Faults:
         return f"SIGKILL task process(es): {', '.join(done) or 'they had ended'}"
 
     def spare_kill(self):
-        """SIGKILL a listener's idle pre-forked task process: a child of bq_listen sleeping on
-        its hand-over socket, with no start in the side channel."""
+        """SIGKILL a listener's idle pre-forked task process: a process under bq_listen (its
+        child, or its fork server's) sleeping on its hand-over socket, with no start in the
+        side channel."""
         deadline = time.monotonic() + 30  # none in a burst or while stopping: wait
         while time.monotonic() < deadline:
             known = {event.pid for event in read_events(self.soak.events_path)}
             spares = [(pid, listener) for listener in self._listeners()
-                      for pid in children_of(listener.pid)
+                      for pid in descendants_of(listener.pid)
                       if pid not in known and waiting_for_its_task(pid)]
             if spares:
                 pid, listener = self.rng.choice(spares)

@@ -248,16 +248,21 @@ def manage_argv(repo, *command):
     return [sys.executable, str(Path(repo) / "testproject" / "manage.py"), *command]
 
 
-def children_of(pid):
-    """Pids whose parent is ``pid`` (from /proc)."""
-    found = []
+def descendants_of(pid):
+    """Pids of the processes below ``pid`` (from /proc): a listener's children (its fork
+    server, or task processes it forked itself), their children (the fork server's task
+    processes), and so on."""
+    parents = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == pid:
-            found.append(int(stat.parent.name))
+    found, above = [], {pid}
+    while above:
+        below = [child for child, parent in parents.items() if parent in above]
+        found += below
+        above = set(below)
     return found
 
 

@@ -1,9 +1,10 @@
-"""The listener's task processes: forked ahead of need (a spare), each given a task as it takes
-it (reserved and started with the process's pid in one script) and handed it through a socket
-(channel.py), on which it sends the task's end for the listener to record; watched until they
-exit, stopped on a timeout or a cancellation (SIGTERM, then SIGKILL), and the end of one that
-died without reporting recorded for it. A mixin of ForkingRunner (runner.py),
-whose state (children, spare, backlog, policy) it shares."""
+"""The listener's task processes: forked ahead of need (a spare, spares.py), each given a task
+as the listener takes it (reserved and started with the process's pid in one script, one
+queue after another while slots are free) and handed it through a socket (channel.py), on
+which it sends the task's end for the listener to record; watched until they exit, stopped on
+a timeout or a cancellation (SIGTERM, then SIGKILL), and the end of one that died without
+reporting recorded for it. A mixin of ForkingRunner (runner.py), whose state (children,
+spare, backlog, policy) it shares."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ import redis
 from . import keys as k
 from .channel import Channel
 from .outages import is_transient
-from .protocol import new_token
-from .task_process import TaskProcess, describe_exit, encode_result
+from .protocol import HEARTBEAT_TTL, new_token
+from .task_process import describe_exit, encode_result
 from .values import Taken, error_code, error_fields, positive_seconds, printable
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from .maintenance import Policy
     from .protocol import Protocol
     from .task import Task
+    from .waiter import PendingWaiter
     from .wakeup import WakeupPipe
 
 logger = logging.getLogger("django_blueque.listener")
@@ -67,8 +69,6 @@ class TaskProcesses:
         _client: Client
         _protocol: Protocol
         _callback: Callable[[Task], object]
-        _before_fork: Callable[[], object] | None
-        _on_task_end: Callable[[Task, str, Any, Any], object] | None
         listener_id: str
         policy: Policy
         children: dict[int, Child]
@@ -80,8 +80,18 @@ class TaskProcesses:
         _handover: tuple[Channel, float] | None  # the task last handed over, until when
         _unsure: dict[str, tuple[str, float, int]]
         _wakeup: WakeupPipe
+        queues: list[str]
+        _quarantine: dict[str, float]
+        _waiters: dict[str, PendingWaiter]
+        _rotation: int
+        _lease: float
+        _next_beat: float
 
         def _accepting(self) -> bool: ...
+        def _can_take(self) -> bool: ...
+        def _set_aside(self, queue: str, why: str, current: float) -> None: ...
+        def _dropped(self, queue: str, found: Taken) -> None: ...
+        def _ready_spare(self) -> tuple[int, socket.socket]: ...
         def _taken_ahead(self, current: float, unblock: bool = True
                          ) -> tuple[str, str, int, Taken] | None: ...
         def _withdraw_ahead(self, current: float, unblock: bool = True) -> None: ...
@@ -112,30 +122,45 @@ class TaskProcesses:
             sys.stderr.flush()
             os._exit(0)
 
-    def _spawn(self):
-        """Fork a task process that waits, on a socket, for the task it is to run (and says
-        on it when the task's code starts)."""
-        if self._before_fork:
-            self._before_fork()
-        ours, its = socket.socketpair()
-        process = TaskProcess(self._protocol, self.listener_id, self._callback, self.policy,
-                              self._on_task_end)
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            ours.close()
-            self._wakeup.forget()
-            self._close_channels()  # the listener's ends are not its own
-            process.main(its, parent)  # never returns
-        its.close()
-        return pid, ours
-
     def _close_channels(self) -> None:
         """Close this process's end of every running task's socket (on end of file, a task
         process records its own end)."""
         for child in self.children.values():
             if child.channel is not None:
                 child.channel.close()
+
+    def _take_tasks(self) -> list[str]:
+        """Reserve and fork while slots are free, one task per queue in turn; returns the
+        queues found empty."""
+        empty: list[str] = []
+        current = time.monotonic()
+        for queue, until in list(self._quarantine.items()):
+            if current >= until:
+                del self._quarantine[queue]
+        queues = [queue for queue in self.queues[self._rotation:] + self.queues[:self._rotation]
+                  if not self._waiters[queue].armed  # armed: empty, and nothing came since
+                  and queue not in self._quarantine]
+        self._rotation = (self._rotation + 1) % len(self.queues)
+        while queues and self._can_take():
+            for queue in list(queues):
+                if not self._can_take():
+                    break
+                try:
+                    taken = self._take(queue, current)
+                except redis.ResponseError as exc:
+                    if is_transient(exc):
+                        raise
+                    queues.remove(queue)
+                    self._set_aside(queue, str(exc), current)
+                    continue
+                if taken is None:
+                    queues.remove(queue)
+                    empty.append(queue)
+                elif taken[1] == "skipped":
+                    self._dropped(queue, taken)
+                elif self._lease != HEARTBEAT_TTL:
+                    self._next_beat = 0.0  # busy now: say so once the task is handed
+        return empty
 
     def _take(self, queue: str, current: float) -> Taken | None:
         """Reserve the queue's next task and start it in the spare process, in one step (or
@@ -157,20 +182,6 @@ class TaskProcesses:
             if taken[1] == "unstarted":
                 raise redis.ResponseError(taken[2])  # the queue is set aside
         return taken
-
-    def _ready_spare(self) -> tuple[int, socket.socket]:
-        """The spare task process, forked now if there is none (or it died): the task is
-        started with its pid (take.lua), so the fork is not on the way from enqueue to the
-        task's code when the listener was idle, nor between two tasks of a queue."""
-        if self._spare is not None and not _running_child(self._spare[0]):
-            self._withdraw_ahead(time.monotonic())
-            logger.warning("listener %s: spare task process %d had died; forking another",
-                           self.listener_id, self._spare[0])
-            self._spare[1].close()
-            self._spare = None
-        if self._spare is None:
-            self._spare = self._spawn()
-        return self._spare
 
     def _hand_over(self, queue: str, token: str, task_id: str, outcome: str,
                    reply: dict[str, str] | int | str, more: bool) -> None:
@@ -211,14 +222,6 @@ class TaskProcesses:
             task_logger.info("task %s (%s) not started: %s", printable(task_id), queue,
                              "cancelled" if reply == -1 else "no longer reserved here")
 
-    def _keep_spare(self) -> None:
-        """Have a spare task process ready (not in burst mode, where the listener is about to
-        exit), busy slots or not: forked while tasks run, it is there the moment one ends, so a
-        queue drains without a fork between two tasks (the spare runs nothing until then).
-        Not while the task just handed over is on its way to its code (see BEGIN_WAIT)."""
-        if self._spare is None and not self.burst and self._accepting() and not self._handing():
-            self._spare = self._spawn()
-
     def _handing(self) -> bool:
         """Whether the task last handed over is still on its way to its code: until then,
         and at most BEGIN_WAIT, the listener forks nothing, nor takes another task (which
@@ -246,40 +249,6 @@ class TaskProcesses:
             return None
         child.recorded = True
         return outcome
-
-    def _drop_spare(self) -> None:
-        """Let the spare process go: on end of file it exits at once, unused."""
-        self._handover = None
-        self._withdraw_ahead(time.monotonic())
-        if self._spare is not None:
-            pid, sock = self._spare
-            self._spare = None
-            sock.close()
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-
-    def _collect_children(self) -> None:
-        """Reap every exited child, the spare included (PID 1 here does not reap zombies),
-        and record the end of those that died without reporting."""
-        while self.children or self._spare is not None:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            if self._spare is not None and pid == self._spare[0]:
-                self._withdraw_ahead(time.monotonic())
-                logger.warning("listener %s: spare task process %d %s while idle; forking "
-                               "another", self.listener_id, pid, describe_exit(status))
-                self._spare[1].close()
-                self._spare = None
-                continue
-            child = self.children.pop(pid, None)
-            if child is not None:
-                self._child_ended(child, status)
 
     def _child_ended(self, child, status):
         elapsed = time.monotonic() - child.began
@@ -382,10 +351,3 @@ class TaskProcesses:
             except ProcessLookupError:
                 pass
 
-
-def _running_child(pid):
-    """False once a child has exited (it is reaped here, its status no longer needed)."""
-    try:
-        return os.waitpid(pid, os.WNOHANG)[0] == 0
-    except ChildProcessError:
-        return False

@@ -354,7 +354,7 @@ class Processor:
         if not isinstance(started, dict):
             return False
         self._running = RunningTask(self._protocol, Task(self._task_id, started), self._token)
-        self._running.keep_lease(os.getppid(), own_process=False)
+        self._running.keep_lease((os.getppid(),), own_process=False)
         if pid == os.getpid():
             set_current_task(self._running)
         elif process_running(pid):

@@ -58,9 +58,9 @@ class RunningTask:
         """True once someone asked to cancel this task: a long task can end cleanly."""
         return self.cancel_requested.is_set() or self.lease_lost.is_set()
 
-    def keep_lease(self, parent_pid: int, own_process: bool = True) -> None:
+    def keep_lease(self, parents: tuple[int, ...], own_process: bool = True) -> None:
         """Renew the lease from a daemon thread until ``finished`` is set (see lease.py)."""
-        LeaseKeeper().keep(self, parent_pid, own_process)
+        LeaseKeeper().keep(self, parents, own_process)
 
 
 class NoTask(RunningTask):

@@ -44,18 +44,19 @@ class LeaseKeeper(threading.Thread):
     def __init__(self) -> None:
         super().__init__(name="blueque-lease", daemon=True)
         self._given = threading.Event()
-        self._job: tuple[RunningTask, int, bool, float] | None = None
+        self._job: tuple[RunningTask, tuple[int, ...], bool, float] | None = None
         self._begun: Callable[[], object] | None = None
 
-    def keep(self, running: RunningTask, parent_pid: int, own_process: bool,
+    def keep(self, running: RunningTask, parents: tuple[int, ...], own_process: bool,
              begun: Callable[[], object] | None = None) -> None:
         """Renew ``running``'s lease until ``running.finished`` is set. ``own_process``: this
         process exists for the task alone (a forking runner's child), so it may stop itself
-        when the lease is lost, and enforce the task's timeout once its listener
-        (``parent_pid``) is gone; otherwise losing the lease only makes ``should_stop()``
-        true. ``begun()`` is called first, from the thread: once the task's code runs (the
-        thread waits for the interpreter's lock), unless the task's end is recorded by then."""
-        self._job = (running, parent_pid, own_process, time.monotonic())
+        when the lease is lost, and enforce the task's timeout once its parent is none of
+        ``parents`` (its listener, and the fork server that forked it); otherwise losing the
+        lease only makes ``should_stop()`` true. ``begun()`` is called first, from the
+        thread: once the task's code runs (the thread waits for the interpreter's lock),
+        unless the task's end is recorded by then."""
+        self._job = (running, parents, own_process, time.monotonic())
         self._begun = begun
         self._given.set()
         if not self.is_alive():
@@ -63,7 +64,7 @@ class LeaseKeeper(threading.Thread):
 
     def run(self):
         self._given.wait()
-        running, parent_pid, own_process, began = self._job
+        running, parents, own_process, began = self._job
         if self._begun is not None:
             with running.recording:
                 if not running.finished.is_set():
@@ -85,7 +86,7 @@ class LeaseKeeper(threading.Thread):
             if not held:
                 self._lost(running, own_process)
                 return
-            orphan = own_process and os.getppid() != parent_pid
+            orphan = own_process and os.getppid() not in parents
             if cancel and not running.cancel_requested.is_set():
                 running.cancel_requested.set()
                 if orphan:  # no listener will stop it: stop itself

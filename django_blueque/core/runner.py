@@ -25,7 +25,8 @@ left to finish in their own processes, which hold their own leases and record th
 if they die, the reaper recovers their tasks after their lease expires.
 
 Where the rest lives: the blocking peek in waiter.py, the take sent behind it in
-take_ahead.py, the task processes (forking, hand-over, deadlines, recording a death) in
+take_ahead.py, where spare task processes come from in spares.py (the fork server that
+forks them in fork_server.py), the task processes (hand-over, deadlines, recording a death) in
 children.py, the socket between the listener and each of them in channel.py, what runs inside
 one in task_process.py, its lease in lease.py, and the wake-up pipe in wakeup.py.
 """
@@ -47,8 +48,9 @@ import redis
 from . import keys as k
 from .children import TaskProcesses
 from .orphans import recover_local_orphans
-from .outages import Outage, is_transient
+from .outages import Outage
 from .protocol import HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL
+from .spares import Spares
 from .take_ahead import TakesAhead
 from .waiter import PendingWaiter, deaf
 from .wakeup import WakeupPipe
@@ -76,7 +78,7 @@ def _freeze_heap() -> bool:
     return first
 
 
-class ForkingRunner(TaskProcesses, TakesAhead):
+class ForkingRunner(TaskProcesses, Spares, TakesAhead):
     """blueque 1.0's ``ForkingRunner(client, queue, callback).run()``, extended.
 
     ``queue`` may be a list of queues. ``callback(task)`` runs in a forked process and returns
@@ -87,10 +89,11 @@ class ForkingRunner(TaskProcesses, TakesAhead):
     fields a task hash lacks, e.g. a task of a foreign producer), ``retention`` (default
     seconds to keep finished tasks, when no policy is given), ``duties`` (a callable run every
     ``duties_interval`` seconds in the listener, e.g. the scheduler and the reaper),
-    ``before_fork()`` (run in the listener before each fork, e.g. to close database
-    connections a child must not inherit) and ``on_task_end(task, outcome, value, error_type)``
-    (run in the task's process once its end is recorded; outcome is 'complete', 'failed',
-    'retry' or 'stale').
+    ``before_fork()`` (run before each fork, e.g. to close database connections a child must
+    not inherit), ``on_task_end(task, outcome, value, error_type)`` (run in the task's process
+    once its end is recorded; outcome is 'complete', 'failed', 'retry' or 'stale') and
+    ``fork_server`` (False: the listener forks its task processes itself, as it does where the
+    fork server cannot run; see fork_server.py).
     """
 
     _started_at: float
@@ -102,7 +105,8 @@ class ForkingRunner(TaskProcesses, TakesAhead):
                  duties: Callable[[], object] | None = None, duties_interval: float = 5.0,
                  heartbeat_interval: float = HEARTBEAT_TTL / 3,
                  before_fork: Callable[[], object] | None = None,
-                 on_task_end: Callable[[Task, str, Any, Any], object] | None = None) -> None:
+                 on_task_end: Callable[[Task, str, Any, Any], object] | None = None,
+                 fork_server: bool = True) -> None:
         self._client = client
         self._protocol = client.protocol
         self.queues = [queue] if isinstance(queue, str) else list(queue)
@@ -124,6 +128,9 @@ class ForkingRunner(TaskProcesses, TakesAhead):
         self._heartbeat_interval = heartbeat_interval
         self._before_fork = before_fork
         self._on_task_end = on_task_end
+        self.fork_server = fork_server
+        self._server = None  # the fork server's handle, while one runs (spares.py)
+        self._server_started = None  # when the last one started (monotonic)
         self.listener_id = k.unique_listener_id(k.hostname(), os.getpid())
         self.children = {}
         self.tasks_taken = 0
@@ -230,6 +237,8 @@ class ForkingRunner(TaskProcesses, TakesAhead):
                                 for q in self.queues)):
                     logger.info("listener %s: queues drained, burst done", self.listener_id)
                     return
+                if empty:
+                    self._keep_spare()  # the take sent ahead names it (take_ahead.py)
                 for queue in empty:
                     self._arm(queue)
             except redis.RedisError as exc:
@@ -245,7 +254,9 @@ class ForkingRunner(TaskProcesses, TakesAhead):
 
     def _wait(self, timeout: float, waiters: list[Any]) -> None:
         try:
-            readable, _, _ = select.select([self._wakeup, *waiters], [], [], max(0.0, timeout))
+            server = [self._server] if self._server and not self._server.gone else []
+            readable, _, _ = select.select([self._wakeup, *server, *waiters], [], [],
+                                           max(0.0, timeout))
         except (OSError, ValueError):
             readable = []  # a waiter's socket went away; the next round reconnects
         self._rouse_spare(readable)
@@ -266,6 +277,8 @@ class ForkingRunner(TaskProcesses, TakesAhead):
             times.append(time.monotonic() + 1.0)
         if self._handover:
             times.append(self._handover[1])
+        if self._server is not None:
+            times.append(self._server_due(time.monotonic()))
         times += self._quarantine.values()
         times += [peek.due for peek in self._armed_peeks()]
         for child in self.children.values():
@@ -339,41 +352,6 @@ class ForkingRunner(TaskProcesses, TakesAhead):
         self._withdraw_ahead(current)
         self._waiters[queue].close()
 
-    # -- children -----------------------------------------------------------------------------
-
-    def _take_tasks(self) -> list[str]:
-        """Reserve and fork while slots are free, one task per queue in turn; returns the
-        queues found empty."""
-        empty: list[str] = []
-        current = time.monotonic()
-        for queue, until in list(self._quarantine.items()):
-            if current >= until:
-                del self._quarantine[queue]
-        queues = [queue for queue in self.queues[self._rotation:] + self.queues[:self._rotation]
-                  if not self._waiters[queue].armed  # armed: empty, and nothing came since
-                  and queue not in self._quarantine]
-        self._rotation = (self._rotation + 1) % len(self.queues)
-        while queues and self._can_take():
-            for queue in list(queues):
-                if not self._can_take():
-                    break
-                try:
-                    taken = self._take(queue, current)
-                except redis.ResponseError as exc:
-                    if is_transient(exc):
-                        raise
-                    queues.remove(queue)
-                    self._set_aside(queue, str(exc), current)
-                    continue
-                if taken is None:
-                    queues.remove(queue)
-                    empty.append(queue)
-                elif taken[1] == "skipped":
-                    self._dropped(queue, taken)
-                elif self._lease != HEARTBEAT_TTL:
-                    self._next_beat = 0.0  # busy now: say so once the task is handed
-        return empty
-
     # -- stopping -----------------------------------------------------------------------------
 
     def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -388,6 +366,7 @@ class ForkingRunner(TaskProcesses, TakesAhead):
 
     def _shutdown(self) -> None:
         self._close_waiters()
+        self._stop_server()  # then the spare is the listener's to reap
         self._drop_spare()
         self._close_channels()  # tasks still running (a stop at once) record their own ends
         try:

@@ -13,8 +13,10 @@ import logging
 import os
 import random
 import signal
+import socket
 import sys
 import time
+from typing import Any, NoReturn
 
 import redis
 
@@ -49,16 +51,19 @@ def encode_result(result):
 class TaskProcess:
     """What a forked task process needs from its listener, and its main()."""
 
-    def __init__(self, protocol, listener_id, callback, policy, on_task_end=None):
+    def __init__(self, protocol: Any, listener_id: str, callback: Any, policy: Any,
+                 on_task_end: Any = None) -> None:
         self.protocol = protocol
         self.listener_id = listener_id
         self.callback = callback
         self.policy = policy
         self.on_task_end = on_task_end
 
-    def main(self, handover, parent_pid):
+    def main(self, handover: socket.socket, parents: tuple[int, ...]) -> NoReturn:
         """Wait for a task on the ``handover`` socket (channel.py), run it, have its end
-        recorded, and exit (never returns)."""
+        recorded, and exit (never returns). ``parents``: the pids of the listener and of the
+        fork server that forked it, if any (its parent is one of them until the listener
+        dies)."""
         code, task_id = 0, None
         try:
             os.setsid()
@@ -74,7 +79,7 @@ class TaskProcess:
                 handed = json.loads(handed)
                 task_id = handed["id"]
                 code = self._run(handed["queue"], Task(task_id, handed["fields"]),
-                                 handed["token"], keeper, parent_pid, handover)
+                                 handed["token"], keeper, parents, handover)
         except StopRequested:
             code = 128 + signal.SIGTERM
         except BaseException:
@@ -86,7 +91,7 @@ class TaskProcess:
             sys.stderr.flush()
             os._exit(code)
 
-    def _run(self, queue, task, token, keeper, parent_pid, handover):
+    def _run(self, queue, task, token, keeper, parents, handover):
         policy = self.policy(queue)
         timeout = positive_seconds(task.fields.get("timeout")) or policy.get("timeout")
         running = RunningTask(self.protocol, task, token, timeout, queue)
@@ -95,7 +100,7 @@ class TaskProcess:
         # the task began once the task's code runs: woken now, it runs when that code first
         # waits, or 5 ms on. Told from here, the listener forked its next spare beside the
         # task's first line, and delayed it by the fork's milliseconds one time in ten
-        keeper.keep(running, parent_pid, own_process=True, begun=lambda: say_begun(handover))
+        keeper.keep(running, parents, own_process=True, begun=lambda: say_begun(handover))
         code = ""  # the exception's code attribute, for the error history
         try:
             value = encode_result(self.callback(task))
@@ -171,7 +176,7 @@ def _raise_stop(signum, frame):
     raise StopRequested(f"stopped by signal {signum}")
 
 
-def describe_exit(status):
+def describe_exit(status: int) -> str:
     """What the exit status of a child that did not report says, in words."""
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import redis
 
+from django_blueque.core.fork_server import NAME
 from tests.redis_server import RedisServer
 from tests.waiting import wait_for  # noqa: F401  (re-exported)
 
@@ -33,6 +34,26 @@ def children_of(pid):
             return [int(child) for child in listing.read().split()]
     except FileNotFoundError:
         return []
+
+
+def fork_server_of(pid):
+    """The listener's fork server (fork_server.py), if it runs: a child named so."""
+    for child in children_of(pid):
+        try:
+            with open(f"/proc/{child}/comm", "rb") as comm:
+                if comm.read().strip() == NAME:
+                    return child
+        except FileNotFoundError:
+            pass
+    return None
+
+
+def task_processes_of(pid):
+    """The task processes of a listener, spares included: forked by its fork server, or by
+    the listener itself (then its children, the server aside)."""
+    server = fork_server_of(pid)
+    own = [child for child in children_of(pid) if child != server]
+    return own + (children_of(server) if server else [])
 
 
 def command_calls(r):

@@ -7,8 +7,10 @@
         gives every queue that policy; --slow-end makes on_task_end take 12 s; --cluster: URL
         names a node of a Redis Cluster; --begin-wait S sets children.BEGIN_WAIT; --block-seconds S
         sets waiter.BLOCK_SECONDS and --answer-grace S waiter.ANSWER_GRACE; --answer-wait
-        S sets channel.ANSWER_WAIT; --linger S keeps the process (and the runner object) alive S
-        seconds after run() returns, as a program that embeds a runner goes on.
+        S sets channel.ANSWER_WAIT; --server-restart-pause S sets spares.SERVER_RESTART_PAUSE and
+        --no-fork-server makes the listener fork its task processes itself; --linger S keeps the
+        process (and the runner object) alive S seconds after run() returns, as a program that
+        embeds a runner goes on.
     reap URL --at T
         Waits until Unix time T, runs one reap(), prints its actions as JSON.
     enqueue-due URL --at T --until T2
@@ -32,6 +34,7 @@ from django_blueque.core import (
     children,
     enqueue_due_tasks,
     reap,
+    spares,
     waiter,
 )
 from django_blueque.core.maintenance import Reaper
@@ -47,6 +50,8 @@ def run(args):
     callbacks.URL, callbacks.CLUSTER = args.url, args.cluster
     if args.begin_wait is not None:
         children.BEGIN_WAIT = args.begin_wait
+    if args.server_restart_pause is not None:
+        spares.SERVER_RESTART_PAUSE = args.server_restart_pause
     if args.answer_wait is not None:
         channel.ANSWER_WAIT = args.answer_wait
     if args.block_seconds is not None:
@@ -68,7 +73,8 @@ def run(args):
                            concurrency=args.concurrency, kill_grace=args.kill_grace,
                            retention=args.retention, policy=policy, duties=client_duties,
                            duties_interval=args.duties or 5.0,
-                           on_task_end=callbacks.slow_end if args.slow_end else None)
+                           on_task_end=callbacks.slow_end if args.slow_end else None,
+                           fork_server=not args.no_fork_server)
     print(json.dumps({"pid": os.getpid(), "listener_id": runner.listener_id}), flush=True)
     clean = runner.run()
     time.sleep(args.linger)
@@ -115,6 +121,9 @@ def main(argv=None):
                         help="how long a task process waits for its listener to record its end")
     runner.add_argument("--linger", type=float, default=0.0,
                         help="seconds to live on after run() returns")
+    runner.add_argument("--server-restart-pause", type=float, default=None)
+    runner.add_argument("--no-fork-server", action="store_true",
+                        help="the listener forks its task processes itself")
     runner.add_argument("--slow-end", action="store_true",
                         help="on_task_end sleeps 12 s, then RPUSHes the task id to 'ended'")
     reaper = commands.add_parser("reap")

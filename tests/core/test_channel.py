@@ -86,7 +86,7 @@ def test_the_lease_thread_says_begun_once_the_tasks_code_runs():
     keeper, running = LeaseKeeper(), _running()
     keeper.start()
     try:
-        keeper.keep(running, 0, own_process=False, begun=lambda: order.append("begun"))
+        keeper.keep(running, (), own_process=False, begun=lambda: order.append("begun"))
         order.append("the task's code")  # the thread waits for the interpreter's lock
         deadline = time.monotonic() + 5
         while len(order) < 2 and time.monotonic() < deadline:
@@ -101,7 +101,7 @@ def test_the_lease_thread_says_nothing_of_a_task_whose_end_is_recorded():
     said = []
     keeper, running = LeaseKeeper(), _running()
     keeper.start()
-    keeper.keep(running, 0, own_process=False, begun=lambda: said.append("begun"))
+    keeper.keep(running, (), own_process=False, begun=lambda: said.append("begun"))
     running.finished.set()  # before the thread got the interpreter's lock
     keeper.join(5)
     assert not keeper.is_alive()

@@ -19,7 +19,7 @@ from django_blueque.core.protocol import LEASE_TTL
 from tests.core.helpers import (
     PersistentRedisServer,
     Runner,
-    children_of,
+    task_processes_of,
     wait_for,
 )
 from tests.core.reply_loss import ReplyLosingProxy
@@ -239,7 +239,7 @@ def test_a_spare_process_that_died_while_idle_is_replaced(client, r, start_runne
     """Before: the next task was handed to the dead spare and failed 'killed by signal 9'
     without having run."""
     runner = start_runner()
-    spare = wait_for(lambda: children_of(runner.pid), 20, runner.describe)[0]
+    spare = wait_for(lambda: task_processes_of(runner.pid), 20, runner.describe)[0]
     os.kill(spare, signal.SIGKILL)
     # noticed when it is reaped: a killed process with a thread (the lease keeper) shows as a
     # zombie in /proc before waitpid() reports it, so "not alive" is not yet "noticed"

@@ -21,10 +21,10 @@ from tests.core.helpers import (
     PersistentRedisServer,
     Runner,
     calls_delta,
-    children_of,
     command_calls,
     pid_alive,
     requests_received,
+    task_processes_of,
     wait_for,
 )
 
@@ -189,7 +189,7 @@ def test_a_busy_listener_keeps_a_spare_so_the_next_task_needs_no_fork(client, r,
     second = queue.enqueue(job())
     runner = start_runner(concurrency=1)
     running = started(client, first, runner)
-    spare = wait_for(lambda: [pid for pid in children_of(runner.pid)
+    spare = wait_for(lambda: [pid for pid in task_processes_of(runner.pid)
                               if pid != running.pid], 20, runner.describe)
     r.set("gate", 1)
     assert finished(client, second, runner).status == "complete"
@@ -202,14 +202,14 @@ def test_the_next_spare_is_forked_once_the_task_handed_over_begins(client, r, st
     or until BEGIN_WAIT: a process stuck before its task's code does not stop the listener
     forking, nor taking other tasks meanwhile."""
     runner = start_runner(concurrency=2, begin_wait=3)
-    spare = wait_for(lambda: children_of(runner.pid), 20, runner.describe)[0]
+    spare = wait_for(lambda: task_processes_of(runner.pid), 20, runner.describe)[0]
     os.kill(spare, signal.SIGSTOP)  # it will be handed the task, and not begin it
     try:
         stalled = client.get_queue("q").enqueue(job())
         wait_for(lambda: client.get_task(stalled).pid == spare, 20, runner.describe)
         time.sleep(1.0)
-        assert children_of(runner.pid) == [spare]  # before: the next spare forked at once
-        wait_for(lambda: len(children_of(runner.pid)) == 2, 20, runner.describe)  # BEGIN_WAIT
+        assert task_processes_of(runner.pid) == [spare]  # before: the next spare forked at once
+        wait_for(lambda: len(task_processes_of(runner.pid)) == 2, 20, runner.describe)  # BEGIN_WAIT
         other = client.get_queue("q").enqueue(job())  # the second slot is served meanwhile
         assert finished(client, other, runner).status == "complete"
         assert client.get_task(stalled).status == "started"
@@ -223,12 +223,12 @@ def test_the_next_spare_is_forked_at_once_when_more_tasks_wait(client, r, start_
     wait, the listener forks it without waiting for the task to begin (a drain of 300 no-op
     tasks ran 12% slower with the wait)."""
     runner = start_runner(begin_wait=30)
-    spare = wait_for(lambda: children_of(runner.pid), 20, runner.describe)[0]
+    spare = wait_for(lambda: task_processes_of(runner.pid), 20, runner.describe)[0]
     os.kill(spare, signal.SIGSTOP)
     try:
         stalled, after = client.get_queue("q").enqueue_many([job(), job()])
         wait_for(lambda: client.get_task(stalled).pid == spare, 20, runner.describe)
-        wait_for(lambda: len(children_of(runner.pid)) == 2, 20, runner.describe)
+        wait_for(lambda: len(task_processes_of(runner.pid)) == 2, 20, runner.describe)
         assert client.get_task(stalled).status == "started"  # its process is still stopped
     finally:
         os.kill(spare, signal.SIGCONT)

@@ -17,9 +17,9 @@ from django_blueque.core.take_ahead import ANSWERED, TakeAhead
 from tests.core.helpers import (
     Runner,
     calls_delta,
-    children_of,
     command_calls,
     pid_alive,
+    task_processes_of,
     wait_for,
 )
 from tests.core.reply_loss import ReplyLosingProxy
@@ -51,7 +51,7 @@ def gone(pid):
 def spare_killed_while_stopped(runner):
     """The listener stopped (SIGSTOP) and its spare killed, dead before the listener can look;
     the listener goes on as the block ends. Yields the spare's pid."""
-    [spare] = wait_for(lambda: children_of(runner.pid), 10, runner.describe)
+    [spare] = wait_for(lambda: task_processes_of(runner.pid), 10, runner.describe)
     runner.signal(signal.SIGSTOP)
     try:
         os.kill(spare, signal.SIGKILL)
