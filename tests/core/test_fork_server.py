@@ -2,11 +2,10 @@
 process it forked once, and nothing is lost or run twice when that process is killed, stopped,
 or outlives its listener. Real runner processes, real signals, a real redis-server."""
 
-import faulthandler
 import json
 import os
-import resource
 import signal
+import sys
 import time
 
 import pytest
@@ -170,13 +169,12 @@ def test_the_fork_server_dies_with_its_listener(client, r, start_runner):
 
 @pytest.mark.parametrize("end", ["exit 0", "exit 3", "SIGKILL", "SIGTERM", "SIGSEGV"])
 def test_the_exit_status_it_reports_is_the_one_waitpid_reads(end):
-    pid = os.fork()
-    if pid == 0:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file left behind
-        faulthandler.disable()  # nor pytest's traceback of the SIGSEGV
-        if end.startswith("exit"):
-            os._exit(int(end.split()[1]))
-        os.kill(os.getpid(), getattr(signal, end))
-        os._exit(99)
+    """A process that ends so (spawned, not forked from this multi-threaded test process)."""
+    how = (f"os._exit({end.split()[1]})" if end.startswith("exit")
+           else f"os.kill(os.getpid(), signal.{end})")
+    code = ("import os, resource, signal; "
+            "resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); "  # no core file left behind
+            + how)
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-c", code], os.environ)
     info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
     assert _wait_status(info) == os.waitpid(pid, 0)[1]
