@@ -61,6 +61,12 @@ class Child:
         self.channel: Channel | None = None
         self.recorded = False  # its end was recorded by the listener, on its word
 
+    @property
+    def exiting(self) -> bool:
+        """Its end recorded, it closed its socket on its way out: its slot is free while the
+        kernel tears the process down (a millisecond or two, beside the next task)."""
+        return self.recorded and (self.channel is None or not self.channel.open)
+
 
 class TaskProcesses:
     """ForkingRunner's half that forks, hands over, watches and records its task processes."""

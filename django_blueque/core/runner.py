@@ -201,9 +201,13 @@ class ForkingRunner(TaskProcesses, Spares, TakesAhead):
     def _accepting(self) -> bool:
         return self._stops == 0 and (self.max_tasks is None or self.tasks_taken < self.max_tasks)
 
+    def _busy_slots(self) -> int:
+        """The task processes that hold a slot: all but those on their way out."""
+        return sum(not child.exiting for child in self.children.values())
+
     def _can_take(self) -> bool:
         """A slot is free, and no task handed over is still on its way to its code."""
-        free = len(self.children) < self.concurrency and self._accepting()
+        free = self._busy_slots() < self.concurrency and self._accepting()
         return free and not self._handing()
 
     def _loop(self) -> None:
@@ -291,7 +295,7 @@ class ForkingRunner(TaskProcesses, Spares, TakesAhead):
     def _armed_peeks(self) -> list[Any]:
         """The peeks worth waiting on: none while every slot is busy (a task that comes then
         cannot be taken; its peek's reply waits in the socket until a slot frees)."""
-        if len(self.children) >= self.concurrency:
+        if self._busy_slots() >= self.concurrency:
             return []
         return [peek for waiter in self._waiters.values() for peek in waiter.peeks if peek.armed]
 
@@ -312,7 +316,7 @@ class ForkingRunner(TaskProcesses, Spares, TakesAhead):
         ttl = HEARTBEAT_TTL if busy else IDLE_HEARTBEAT_TTL
         info: dict[str, object] = {
             "host": k.hostname(), "pid": os.getpid(), "queues": ",".join(self.queues),
-            "concurrency": self.concurrency, "running": len(self.children),
+            "concurrency": self.concurrency, "running": self._busy_slots(),
             "since": repr(self._started_at), "lease": ttl}
         changed = info if info != self._sent_info else None
         registered, cancels, skipped = self._protocol.heartbeat(

@@ -83,6 +83,7 @@ class TakesAhead:
 
         def _accepting(self) -> bool: ...
         def _handing(self) -> bool: ...
+        def _busy_slots(self) -> int: ...
         def _put_back(self, queue: str, token: str, pid: int, task_id: str) -> None: ...
 
     def _arm(self, queue: str) -> None:
@@ -92,7 +93,7 @@ class TakesAhead:
         pending = waiter.peeks[0]
         if (self._ahead is None and not pending.armed and self._spare is not None
                 and self._protocol.TAKES_AHEAD and len(self.queues) == 1
-                and len(self.children) < self.concurrency and self._accepting()
+                and self._busy_slots() < self.concurrency and self._accepting()
                 and not self._handing()):
             token, pid = new_token(), self._spare[0]
             self._ahead = TakeAhead(queue, token, pid, self._protocol.take_ahead(

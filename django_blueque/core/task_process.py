@@ -89,6 +89,7 @@ class TaskProcess:
             logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()
+            handover.close()  # its listener frees its slot now, not after the teardown
             os._exit(code)
 
     def _run(self, queue, task, token, keeper, parents, handover):

@@ -139,21 +139,36 @@ def test_a_stopped_fork_server_is_replaced_by_the_listeners_own_forks(client, r,
     wait_for(lambda: not pid_alive(server), 10, runner.describe)  # killed, reaped
 
 
+def state_of(pid):
+    """The process's state letter (R, S, Z...), None once it is gone (reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def test_a_stopped_fork_server_owes_the_exit_of_a_task_that_ended(client, r, start_runner):
-    """Its process exits unreaped: the slot would stay busy for ever. The listener lets the
+    """Its process exits unreaped. Its slot is free from its end (recorded, the socket closed
+    on its way out): the next task runs in the spare meanwhile. The listener then lets the
     server go, reaps the process (its subreaper) and goes on."""
     runner = start_runner()
     server = server_of(runner)
     queue = client.get_queue("q")
     first = queue.enqueue(job(wait_for="gate"))
-    wait_for(lambda: runs_of(r, first), 20, runner.describe)
+    first_pid = wait_for(lambda: runs_of(r, first), 20, runner.describe)[0]["pid"]
     wait_for(lambda: len(children_of(server)) == 2, 20, runner.describe)  # and the next spare
+    time.sleep(0.2)  # its socket on its way to the listener
     os.kill(server, signal.SIGSTOP)
     r.set("gate", 1)
-    ended(client, r, first, runner)
     second = queue.enqueue(job())
+    wait_for(lambda: runs_of(r, second), 20, runner.describe)
+    assert state_of(first_pid) == "Z", runner.output()  # exited, its server owes its exit
+    ended(client, r, first, runner)
     ended(client, r, second, runner)
-    assert f"fork server {server} owed an answer" in runner.output()
+    wait_for(lambda: f"fork server {server} owed an answer" in runner.output() or (
+        f"fork server {server} sent no spare" in runner.output()), 10, runner.describe)
+    wait_for(lambda: state_of(first_pid) is None, 10, runner.describe)  # reaped
 
 
 def test_the_fork_server_dies_with_its_listener(client, r, start_runner):
