@@ -23,6 +23,7 @@ twice: the listener knows it no longer). The server dies with the listener
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
@@ -31,7 +32,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -53,10 +54,34 @@ def supported() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "send_fds")
 
 
-def prctl(option: int, value: int | bytes) -> bool:
+@functools.cache
+def _libc() -> Any:
     import ctypes  # only where the fork server runs
 
-    return bool(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0)
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def prctl(option: int, value: int | bytes) -> bool:
+    return bool(_libc().prctl(option, value, 0, 0, 0) == 0)
+
+
+def fork_spare(before_fork: Callable[[], object] | None, in_child: Callable[[], object],
+               spare_main: Callable[[socket.socket], NoReturn]) -> tuple[int, socket.socket]:
+    """Fork a spare task process, with a socket pair: in it, ``in_child()`` (to close what
+    is not its own), then ``spare_main(its end)``; returns its pid and the other end."""
+    ours, theirs = socket.socketpair()
+    if before_fork:
+        before_fork()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ours.close()
+            in_child()
+            spare_main(theirs)
+        finally:
+            os._exit(1)  # never back into the forking process's code
+    theirs.close()
+    return pid, ours
 
 
 def become_subreaper(on: bool) -> bool:
@@ -194,22 +219,14 @@ def _serve(control: socket.socket, listener: int, before_fork: Callable[[], obje
         if control.fileno() in readable:
             if not control.recv(16):
                 return 0  # the listener closed it
-            ours, theirs = socket.socketpair()
-            if before_fork:
-                before_fork()
-            pid = os.fork()
-            if pid == 0:
+            def in_spare() -> None:
                 signal.set_wakeup_fd(-1)
                 for fd in (woken, wake):
                     os.close(fd)
                 control.close()
-                ours.close()
                 prctl(PR_SET_NAME, name)
-                try:
-                    spare_main(theirs)
-                finally:
-                    os._exit(1)
-            theirs.close()
+
+            pid, ours = fork_spare(before_fork, in_spare, spare_main)
             socket.send_fds(control, [b"p%d" % pid], [ours.fileno()])
             ours.close()
 

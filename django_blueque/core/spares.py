@@ -151,25 +151,22 @@ class Spares:
                 return spare
             self._lose_server("is gone" if self._server.gone
                               else f"sent no spare within {fork_server.SPAWN_WAIT:g} s")
-        if self._before_fork:
-            self._before_fork()
-        ours, its = socket.socketpair()
         process = self._task_process()
         parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            ours.close()
+
+        def in_spare() -> None:
             self._wakeup.forget()
             self._close_channels()  # the listener's ends are not its own
-            process.main(its, (parent,))  # never returns
-        its.close()
-        return pid, ours
+
+        return fork_server.fork_spare(self._before_fork, in_spare,
+                                      lambda sock: process.main(sock, (parent,)))
 
     def _ready_spare(self) -> tuple[int, socket.socket]:
         """The spare task process, forked now if there is none (or it died): the task is
         started with its pid (take.lua), so the fork is not on the way from enqueue to the
-        task's code when the listener was idle, nor between two tasks of a queue."""
-        self._collect_children()  # a spare that died is let go
+        task's code when the listener was idle, nor between two tasks of a queue. (A spare
+        that died since the loop last collected its children is named all the same: its task
+        goes back to the queue once its exit is read, see _child_ended.)"""
         if self._spare is None:
             self._spare = self._spawn()
         return self._spare
