@@ -8,7 +8,9 @@
         names a node of a Redis Cluster; --begin-wait S sets children.BEGIN_WAIT; --block-seconds S
         sets waiter.BLOCK_SECONDS and --answer-grace S waiter.ANSWER_GRACE; --answer-wait
         S sets channel.ANSWER_WAIT; --server-restart-pause S sets spares.SERVER_RESTART_PAUSE and
-        --no-fork-server makes the listener fork its task processes itself; --linger S keeps the
+        --no-fork-server makes the listener fork its task processes itself;
+        --server-dies-after-fork N and --server-dies-before-reaping kill the fork server at
+        those points; --linger S keeps the
         process (and the runner object) alive S seconds after run() returns, as a program that
         embeds a runner goes on.
     reap URL --at T
@@ -24,6 +26,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -33,6 +36,7 @@ from django_blueque.core import (
     channel,
     children,
     enqueue_due_tasks,
+    fork_server,
     reap,
     spares,
     waiter,
@@ -69,16 +73,53 @@ def run(args):
     if args.policy:
         def policy(queue):
             return json.loads(args.policy)
+    if args.server_dies_before_reaping:
+        fork_server.os = _ServerDiesBeforeReaping(os.getpid())
     runner = ForkingRunner(client, args.queues.split(","), callbacks.callback,
                            concurrency=args.concurrency, kill_grace=args.kill_grace,
                            retention=args.retention, policy=policy, duties=client_duties,
                            duties_interval=args.duties or 5.0,
                            on_task_end=callbacks.slow_end if args.slow_end else None,
-                           fork_server=not args.no_fork_server)
+                           fork_server=not args.no_fork_server,
+                           before_fork=_server_dies_after_fork(args.server_dies_after_fork))
     print(json.dumps({"pid": os.getpid(), "listener_id": runner.listener_id}), flush=True)
     clean = runner.run()
     time.sleep(args.linger)
     return 0 if clean else 3
+
+
+def _server_dies_after_fork(forks):
+    """A before_fork that has the fork server SIGKILL itself right after its fork number
+    ``forks``: between the fork and the message that passes the spare's socket."""
+    if not forks:
+        return None
+    listener = os.getpid()
+    count = 0
+
+    def before_fork():
+        nonlocal count
+        if os.getpid() != listener:  # in the server (the listener forks it, and falls back)
+            count += 1
+            if count == forks:
+                os.register_at_fork(
+                    after_in_parent=lambda: os.kill(os.getpid(), signal.SIGKILL))
+    return before_fork
+
+
+class _ServerDiesBeforeReaping:
+    """fork_server's ``os``: in the server, a blocking waitpid (the reaping of a process
+    whose exit it just reported) SIGKILLs the server instead."""
+
+    def __init__(self, listener):
+        self._listener = listener
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def waitpid(self, pid, options):
+        if os.getpid() != self._listener and options == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return os.waitpid(pid, options)
 
 
 def run_reap(args):
@@ -124,6 +165,12 @@ def main(argv=None):
     runner.add_argument("--server-restart-pause", type=float, default=None)
     runner.add_argument("--no-fork-server", action="store_true",
                         help="the listener forks its task processes itself")
+    runner.add_argument("--server-dies-after-fork", type=int, default=0, metavar="N",
+                        help="the fork server SIGKILLs itself after its Nth fork, before "
+                             "it sends the spare")
+    runner.add_argument("--server-dies-before-reaping", action="store_true",
+                        help="the fork server SIGKILLs itself after it reports an exit, "
+                             "before it reaps the process")
     runner.add_argument("--slow-end", action="store_true",
                         help="on_task_end sleeps 12 s, then RPUSHes the task id to 'ended'")
     reaper = commands.add_parser("reap")

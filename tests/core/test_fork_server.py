@@ -30,6 +30,15 @@ def parent_of(pid):
         return int(next(line for line in status if line.startswith("PPid:")).split()[1])
 
 
+def state_of(pid):
+    """The process's state letter (R, S, Z...), None once it is gone (reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def server_of(runner, other_than=None):
     """The listener's fork server, once it forked the spare (not ``other_than``, one that
     died)."""
@@ -94,6 +103,36 @@ def test_a_fork_server_killed_loses_and_repeats_nothing(client, r, start_runner)
     ended(client, r, task_id, runner)
 
 
+def only_its_own_spare(runner):
+    """The listener's children, once the processes of its dead server are gone: the spare it
+    forked itself, alive (no zombie left, none stranded)."""
+    kids = children_of(runner.pid)
+    return len(kids) == 1 and state_of(kids[0]) not in (None, "Z")
+
+
+@pytest.mark.parametrize("where, first_task", [
+    # its second fork (the first task's spare is the first): the spare forked then never
+    # reaches the listener; it exits at the end of its socket (the server held the other
+    # end), and the listener, its subreaper, reaps it
+    ({"server_dies_after_fork": 2}, job(sleep=0.5)),
+    # the first task's exit reported, its process not reaped: the listener reads that exit
+    # twice (the server's word, then the zombie it adopts), and counts it once
+    ({"server_dies_before_reaping": True}, job()),
+], ids=["between-a-fork-and-its-reply", "between-an-exit-and-its-reaping"])
+def test_a_fork_server_killed_midway_strands_and_repeats_nothing(client, r, start_runner,
+                                                                 where, first_task):
+    runner = start_runner(**where)
+    server = server_of(runner)
+    queue = client.get_queue("q")
+    ended(client, r, queue.enqueue(first_task), runner)
+    wait_for(lambda: f"fork server {server} " in runner.output(), 10,
+             runner.describe)  # exited, or is gone (its socket's end read first)
+    wait_for(lambda: only_its_own_spare(runner), 10, runner.describe)
+    for _ in range(2):
+        ended(client, r, queue.enqueue(job()), runner)
+    assert "Traceback" not in runner.output()
+
+
 def died(client, task_id, runner):
     """The task failed as its process died: killed by SIGKILL, its listener read."""
     task = wait_for(lambda: (lambda t: t if t.status == "failed" else None)(
@@ -137,15 +176,6 @@ def test_a_stopped_fork_server_is_replaced_by_the_listeners_own_forks(client, r,
     assert f"fork server {server} owed an answer" in output or (
         f"fork server {server} sent no spare" in output), output
     wait_for(lambda: not pid_alive(server), 10, runner.describe)  # killed, reaped
-
-
-def state_of(pid):
-    """The process's state letter (R, S, Z...), None once it is gone (reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return None
 
 
 def test_a_stopped_fork_server_owes_the_exit_of_a_task_that_ended(client, r, start_runner):
