@@ -46,7 +46,8 @@ class Observed:
     final: dict  # task id -> its hash in Redis at the end ({} if it is gone)
     killed: dict = field(default_factory=dict)  # task id -> pids of it the soak killed
     # (fault time, task id): a task the soak took from a live process (killed, or its listener
-    # killed or stopped while it was reserved); its recovery is the time to its next start
+    # killed or stopped while it held the task: reserved, or taken and not yet handed to a
+    # task process); its recovery is the time to its next start
     displaced: list = field(default_factory=list)
     outages: list = field(default_factory=list)  # (start, end) while Redis was away
     stray: list = field(default_factory=list)  # ids still in a pending list or schedule
