@@ -484,6 +484,25 @@ def test_retry_without_backoff_goes_next_in_line(client, proto, r):
     assert r.lrange("blueque_pending_tasks_q", 0, -1) == [waiting]
 
 
+def test_retry_after_its_backoff_goes_next_in_line(client, proto, r):
+    """Its backoff delays it; it does not also cost it its place: a task recovered from a dead
+    listener in a queue with a backlog ran only once the whole backlog had (the soak's 34 s
+    recovery, 28 s of it behind other tasks). A task scheduled by its producer (never run)
+    still goes to the back of the line."""
+    queue = client.get_queue("q")
+    task_id = queue.enqueue("p", retries=1, backoff=0.1)
+    reserve_and_start(proto)
+    assert proto.finish(
+        "q", task_id, listener_id="host-a_101", pid=4242, token="tok", outcome="failed",
+        value="boom") == "retry"
+    scheduled = queue.schedule("scheduled", time.time() + 0.05)
+    waiting = [queue.enqueue(f"waiting {n}") for n in range(3)]
+    time.sleep(0.2)
+    assert sorted(queue.enqueue_due_tasks()) == sorted([task_id, scheduled])
+    assert proto.reserve("q", "host-a_101", "tok2")[0] == task_id  # before `waiting`
+    assert r.lrange("blueque_pending_tasks_q", 0, -1) == [scheduled, *reversed(waiting)]
+
+
 def test_a_failure_marked_not_retryable_is_final(client, proto, r):
     task_id = client.get_queue("q").enqueue("p", retries=5)
     reserve_and_start(proto)

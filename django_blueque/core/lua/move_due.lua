@@ -2,6 +2,7 @@
 -- number of schedulers can run at once with no task moved twice and none lost. Due means
 -- eta <= Redis's clock (one clock for every scheduler, whatever their hosts' clocks say), or
 -- with ARGV[4] '1', eta <= ARGV[1], the caller's clock, as blueque 1.0's enqueue_due_tasks().
+-- A retry goes first of its priority (see make_pending), a task scheduled by its producer last.
 -- The queue's entry in the due index is then set to its next eta (removed when none is left).
 -- KEYS[1] scheduled set, KEYS[2] pending list, KEYS[3] due index, KEYS[4..6] the rest of the
 -- queue's waiting keys (Keys.waiting: a task with a priority goes to the prioritized set)
@@ -23,8 +24,11 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local task = ARGV[2] .. id
   if status_of(task) == 'scheduled' then
-    make_pending({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, redis.call('HGET', task, 'priority'),
-                 false)
+    -- a retry (a task that ran: attempts) goes first, as one without backoff does; a task its
+    -- producer scheduled joins the line
+    local fields = redis.call('HMGET', task, 'priority', 'attempts')
+    make_pending({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, fields[1],
+                 (tonumber(fields[2]) or 0) > 0)
     redis.call('HSET', task, 'status', 'pending', 'updated', ARGV[1])
     table.insert(moved, id)
   end
