@@ -9,7 +9,7 @@ therefore goes, when it can, on a connection kept for it: taken from the pool on
 thread at a time (a thread that finds it busy goes redis-py's usual way meanwhile), sent and
 read under that connection's own retry policy as redis-py does, asking Sentinel first where the
 primary is when the pool does that (connections.py), and taken afresh in a forked process.
-A NOSCRIPT reply goes redis-py's usual way, which loads the script (Redis ran nothing).
+A NOSCRIPT reply (Redis ran nothing) loads the script, which then goes redis-py's usual way.
 
 Not kept from a blocking pool, where it would hold a place other commands wait for, nor from
 a pool of fewer than SMALL_POOL connections, where it could be the one a thread lacks.
@@ -118,8 +118,9 @@ class ScriptCall:
             if connection is not None:
                 try:
                     return evalsha(connection, self.script, keys, args)
-                except NoScriptError:
-                    pass  # Redis ran nothing: redis-py's way below loads the script
+                except NoScriptError:  # Redis ran nothing: load it, redis-py's way runs it
+                    self.script.sha = self.script.registered_client.script_load(
+                        self.script.script)
                 finally:
                     self._kept.release()
         return self.script(keys=keys, args=args, client=client)
