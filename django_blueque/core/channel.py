@@ -108,6 +108,14 @@ def ask_to_record(sock: socket.socket, end: dict[str, Any]) -> str | None:
 
 # -- the listener's side ----------------------------------------------------------------------
 
+def rouse(sock: socket.socket) -> None:
+    """Tell a spare its task is on its way (see ROUSED_SECONDS)."""
+    try:
+        sock.send(ROUSE, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+    except OSError:
+        pass  # it died: the listener finds out as it reaps it
+
+
 class Channel:
     """The listener's end of one task process's socket, once its task is written: waited on in
     the listener's select like a peek. ``record(end)`` records an end the process sent and

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import keys as k
-from .channel import Channel
+from .channel import Channel, rouse
 from .outages import is_transient
 from .protocol import HEARTBEAT_TTL, new_token
 from .task_process import describe_exit, encode_result
@@ -47,7 +47,7 @@ Not when more tasks wait in the queue: a drain needs the spare before the task e
 
 class Child:
     __slots__ = ("pid", "queue", "task_id", "token", "deadline", "timeout", "stop_reason",
-                 "kill_at", "began", "handed", "label", "channel", "recorded")
+                 "kill_at", "began", "handed", "label", "channel", "recorded", "more")
 
     def __init__(self, pid, queue, task_id, token, timeout):
         self.pid, self.queue, self.task_id, self.token = pid, queue, task_id, token
@@ -60,6 +60,7 @@ class Child:
         self.label = printable(task_id)  # for log lines: an id from Redis may hold newlines
         self.channel: Channel | None = None
         self.recorded = False  # its end was recorded by the listener, on its word
+        self.more = False  # more tasks waited in its queue when it was taken
 
     @property
     def exiting(self) -> bool:
@@ -214,7 +215,7 @@ class TaskProcesses:
         timeout = positive_seconds(fields.get("timeout")) or self.policy(queue).get("timeout")
         child = self.children[pid] = Child(pid, queue, task_id, token, timeout)
         if handed:
-            child.handed = True
+            child.handed, child.more = True, more
             child.channel = Channel(sock, lambda end: self._record_end(child, end))
             if not more:
                 self._handover = (child.channel, time.monotonic() + BEGIN_WAIT)
@@ -245,7 +246,10 @@ class TaskProcesses:
 
     def _record_end(self, child: Child, end: dict[str, Any]) -> str | None:
         """Record the end a task process sent (channel.py); None when Redis did not take it
-        (the process then records it itself, patiently)."""
+        (the process then records it itself, patiently). With more tasks in its queue, the
+        spare is roused first: its task comes once this process is out of its slot."""
+        if child.more and self._spare is not None:
+            rouse(self._spare[1])
         try:
             outcome = self._finish(child, end["outcome"], end["value"], end["error_type"],
                                    bool(end["retryable"]), end["traceback"], end["error_code"])

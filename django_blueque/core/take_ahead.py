@@ -25,7 +25,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
-from .channel import ROUSE
+from .channel import rouse
 from .protocol import new_token
 from .values import Taken, printable, taken
 
@@ -106,14 +106,11 @@ class TakesAhead:
     def _rouse_spare(self, readable: list[Any]) -> None:
         """The peek of the take sent ahead returned (``readable``, from select): the spare it
         names wakes up now, while the listener reads the take's reply, for the task it may
-        bring (channel.ROUSE)."""
+        bring (channel.rouse)."""
         ahead, spare = self._ahead, self._spare
         if (ahead is not None and spare is not None and spare[0] == ahead.pid
                 and self._waiters[ahead.queue].peeks[0] in readable):
-            try:
-                spare[1].send(ROUSE, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
-            except OSError:
-                pass  # it died: the listener finds out as it reaps it
+            rouse(spare[1])
 
     def _taken_ahead(self, current: float, unblock: bool = True
                      ) -> tuple[str, str, int, Taken] | None:

@@ -6,7 +6,14 @@ import socket
 import threading
 import time
 
-from django_blueque.core.channel import BEGUN, ROUSE, ROUSED_SECONDS, Channel, read_task
+from django_blueque.core.channel import (
+    BEGUN,
+    ROUSE,
+    ROUSED_SECONDS,
+    Channel,
+    read_task,
+    rouse,
+)
 from django_blueque.core.context import RunningTask
 from django_blueque.core.lease import LeaseKeeper
 from django_blueque.core.task import Task
@@ -34,6 +41,26 @@ def test_a_roused_spare_whose_task_comes_late_waits_for_it():
             assert read_task(spare) == TASK + b"\n"
         finally:
             later.join()
+
+
+def test_a_spare_roused_twice_apart_reads_the_task_alone():
+    """Roused as its listener records the end of the task before it (more wait in its
+    queue), its polling over, then roused again by the take sent ahead: each ROUSE comes
+    first of what the spare reads, and the task comes clean."""
+    listener, spare = socket.socketpair()
+    with listener, spare:
+        rouse(listener)
+
+        def later():
+            rouse(listener)
+            listener.sendall(TASK + b"\n")
+
+        timer = threading.Timer(ROUSED_SECONDS * 50, later)
+        timer.start()
+        try:
+            assert read_task(spare) == TASK + b"\n"
+        finally:
+            timer.join()
 
 
 def test_a_roused_spare_let_go_reads_nothing_and_closes_its_end():
