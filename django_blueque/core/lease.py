@@ -13,10 +13,10 @@ maintenance.Reaper), longer than this keeper needs to renew once Redis is back.
 
 from __future__ import annotations
 
+import _thread
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -36,16 +36,40 @@ RETRY_EVERY = 1.0
 """Seconds between renewal attempts while Redis does not answer."""
 
 
-class LeaseKeeper(threading.Thread):
+class LeaseKeeper:
     """The thread that renews one task's lease. The forking runner starts it in its spare
     process before a task is known (a thread's first start costs most); ``keep()`` then says
-    which task it keeps."""
+    which task it keeps. A bare thread (``_thread``), not a ``threading.Thread``, whose
+    bookkeeping, run once in each process forked for a task, cost that process 0.2-0.3 ms
+    and 75 copy-on-write faults (bench/README.md)."""
 
     def __init__(self) -> None:
-        super().__init__(name="blueque-lease", daemon=True)
-        self._given = threading.Event()
+        self._given = _thread.allocate_lock()  # released once keep() gave it a task
+        self._given.acquire()
+        self._alive = _thread.allocate_lock()  # held while the thread runs
+        self._started = False
         self._job: tuple[RunningTask, tuple[int, ...], bool, float] | None = None
         self._begun: Callable[[], object] | None = None
+
+    def start(self) -> None:
+        self._alive.acquire()
+        self._started = True
+        _thread.start_new_thread(self._main, ())
+
+    def is_alive(self) -> bool:
+        return self._alive.locked()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._started and self._alive.acquire(timeout=-1 if timeout is None else timeout):
+            self._alive.release()
+
+    def _main(self) -> None:
+        try:
+            self.run()
+        except BaseException:
+            logger.exception("the lease thread failed")
+        finally:
+            self._alive.release()
 
     def keep(self, running: RunningTask, parents: tuple[int, ...], own_process: bool,
              begun: Callable[[], object] | None = None) -> None:
@@ -58,12 +82,13 @@ class LeaseKeeper(threading.Thread):
         unless the task's end is recorded by then."""
         self._job = (running, parents, own_process, time.monotonic())
         self._begun = begun
-        self._given.set()
-        if not self.is_alive():
+        self._given.release()
+        if not self._started:
             self.start()
 
-    def run(self):
-        self._given.wait()
+    def run(self) -> None:
+        self._given.acquire()
+        assert self._job is not None  # keep() gave it before the release
         running, parents, own_process, began = self._job
         if self._begun is not None:
             with running.recording:
