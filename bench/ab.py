@@ -2,6 +2,7 @@
 machine, where two run.py runs minutes apart differ by more than most changes do.
 
     python bench/ab.py BEFORE [AFTER] [--rounds 4] [--samples 60] [--drain] [--enqueue]
+                       [--concurrency N]
 
 BEFORE and AFTER are git revisions of this repository (AFTER: the working tree when left out),
 each exported to a temporary directory (``git archive``) and run with this interpreter through
@@ -9,6 +10,7 @@ its own drivers/ours.py. One private Redis; each round starts BEFORE's listener,
 it, then the same for AFTER. Pickup: ``--samples`` idle pickups per round (0.1-0.3 s idle
 before each), p50/p90/p99 over all rounds. ``--drain``: one drain of 200 queued no-op tasks per
 round. ``--enqueue``: 3 rounds of 5,000 one-at-a-time enqueues per round. Medians over rounds.
+``--concurrency N``: each listener runs N tasks at a time.
 """
 
 import argparse
@@ -50,7 +52,7 @@ def one_round(tree, url, args, figures):
         rates = run_json([*driver, "enqueue", url, "-n", "5000", "--rounds", "3"], 600)
         figures["enqueue"] += rates["single"]
     redis.Redis.from_url(url).flushall()
-    with child([*driver, "listen", url], cwd=str(tree)):
+    with child([*driver, "listen", url, "--concurrency", str(args.concurrency)], cwd=str(tree)):
         time.sleep(1.5)  # up, idle, its spare forked
         latency = run_json([*driver, "latency", url, "--samples", str(args.samples),
                             "--min-pause", "0.1", "--jitter", "0.2"], 600)
@@ -70,6 +72,7 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=60)
     parser.add_argument("--drain", action="store_true")
     parser.add_argument("--enqueue", action="store_true")
+    parser.add_argument("--concurrency", type=int, default=1)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as workdir, private_redis(workdir) as url:
         trees = {args.before: export(args.before, Path(workdir, "before")),
@@ -87,6 +90,8 @@ def main(argv=None):
             line += f"; drain {statistics.median(got['drain']):.0f} tasks/s"
         if got["enqueue"]:
             line += f"; enqueue one {statistics.median(got['enqueue']):,.0f} tasks/s"
+        if args.concurrency > 1:
+            line += f"; {args.concurrency} tasks at a time"
         print(line)
     return 0
 
