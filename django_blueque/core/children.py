@@ -64,8 +64,9 @@ class Child:
 
     @property
     def exiting(self) -> bool:
-        """Its end recorded, it closed its socket on its way out: its slot is free while the
-        kernel tears the process down (a millisecond or two, beside the next task)."""
+        """Its end recorded, it closed its socket on its way out: its slot is free while it
+        flushes its logs and the kernel tears it down (a millisecond or two, beside the next
+        task)."""
         return self.recorded and (self.channel is None or not self.channel.open)
 
 

@@ -86,10 +86,10 @@ class TaskProcess:
             logger.exception("task %s: its process failed outside the task", task_id)
             code = 1
         finally:
+            handover.close()  # its listener frees its slot now: the task's work is done
             logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()
-            handover.close()  # its listener frees its slot now, not after the teardown
             os._exit(code)
 
     def _run(self, queue, task, token, keeper, parents, handover):
