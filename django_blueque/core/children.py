@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import signal
 import socket
 import sys
@@ -113,7 +112,6 @@ class TaskProcesses:
             return pid
         try:
             os.setsid()
-            random.seed()
             processor = self._client.get_processor(task)
             if processor.start(os.getpid()):
                 try:

@@ -11,7 +11,6 @@ and tries again; a result is never dropped because Redis restarted or failed ove
 import json
 import logging
 import os
-import random
 import signal
 import socket
 import sys
@@ -72,7 +71,6 @@ class TaskProcess:
             signal.signal(signal.SIGTERM, _raise_stop)
             keeper = LeaseKeeper()
             keeper.start()  # a thread's first start costs most: done before the task comes
-            random.seed()  # not the listener's sequence, nor its other children's
             _rehearse(self.protocol)
             handed = read_task(handover)
             if handed:

@@ -17,6 +17,7 @@ applied in this order:
     "fail_before": N             raise CodedError (code "E<attempt>") on the attempts before N
     "return": VALUE              return VALUE (any JSON value)
     "return_object": true        return object() (which JSON cannot encode)
+    "random": true               return random.random() (as its repr)
 
 Every run is recorded first: RPUSH RUNS_KEY {"id", "pid", "attempt"}.
 """
@@ -24,6 +25,7 @@ Every run is recorded first: RPUSH RUNS_KEY {"id", "pid", "attempt"}.
 import gc
 import json
 import os
+import random
 import signal
 import time
 
@@ -104,6 +106,8 @@ def callback(task):
         raise CodedError(f"attempt {running.attempt} failed", code=f"E{running.attempt}")
     if todo.get("return_object"):
         return object()
+    if todo.get("random"):
+        return repr(random.random())
     if "return" in todo:
         return todo["return"]
     return f"done:{task.parameters}"

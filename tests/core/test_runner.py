@@ -137,6 +137,17 @@ def test_tasks_run_in_order_in_forked_processes_with_their_results(client, r, st
                         f"blueque_reserved_tasks_q_{runner.listener_id}")
 
 
+def test_each_task_process_draws_random_numbers_of_its_own(client, start_runner):
+    """Forked from one fork server, task processes would all draw its sequence of random
+    numbers, but for the reseed after each fork (the random module's own at-fork hook)."""
+    ids = client.get_queue("q").enqueue_many([job(random=True) for _ in range(3)])
+    runner = start_runner()
+    for task_id in ids:
+        finished(client, task_id, runner)
+    results = [task.result for task in client.get_tasks(ids)]
+    assert len(set(results)) == 3, results
+
+
 def test_task_exception_is_recorded_with_type_and_traceback(client, start_runner):
     task_id = client.get_queue("q").enqueue(job(**{"raise": "bad input"}))
     task = finished(client, task_id, start_runner())
