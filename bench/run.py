@@ -50,6 +50,7 @@ SYSTEMS = [
     System("rq", "rq", "rq_driver.py", "rq", False),
     System("huey", "huey (threads)", "huey_driver.py", "huey[redis]", True),
     System("floor", "floor (bare fork)", "floor.py", None, True),
+    System("floor_ahead", "floor (forked ahead)", "floor_ahead.py", None, True),
 ]
 
 

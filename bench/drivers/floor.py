@@ -60,10 +60,14 @@ class Driver:
             signal.pthread_sigmask(signal.SIG_BLOCK, exits)
             if popped is None:
                 continue
-            pid = os.fork()
-            if pid == 0:
-                self._run(popped[1])
-            running.add(pid)
+            running.add(self._start(popped[1]))
+
+    def _start(self, params):
+        """Fork the task's process (with SIGCHLD held); its pid."""
+        pid = os.fork()
+        if pid == 0:
+            self._run(params)
+        return pid
 
     def _run(self, params):
         code = 0

@@ -1,5 +1,5 @@
 """bench/run.py's short version (--quick) as a real subprocess, for the systems that need no
-virtualenv from PyPI (ours and the floor), two tasks at a time: every figure measured, every
+virtualenv from PyPI (ours and the two floors), two tasks at a time: every figure measured, every
 drain complete, the listeners' processes counted, nothing left running."""
 
 import json
@@ -17,14 +17,15 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_quick_benchmark_measures_ours_beside_the_floor_two_tasks_at_a_time(tmp_path):
+def test_the_quick_benchmark_measures_ours_beside_the_floors_two_tasks_at_a_time(tmp_path):
     out = tmp_path / "run.json"
     proc = subprocess.run([sys.executable, str(BENCH), "--quick", "--only", "ours", "--only",
-                           "floor", "--concurrency", "2", "--json", str(out)],
+                           "floor", "--only", "floor_ahead", "--concurrency", "2", "--json",
+                           str(out)],
                           capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert report["concurrency"] == 2 and set(report["systems"]) == {"ours", "floor"}
+    assert report["concurrency"] == 2 and set(report["systems"]) == {"ours", "floor", "floor_ahead"}
     assert report["hiredis"] is False
     for name, result in report["systems"].items():
         assert result["hiredis"] == redis.utils.HIREDIS_AVAILABLE, name
@@ -35,10 +36,11 @@ def test_the_quick_benchmark_measures_ours_beside_the_floor_two_tasks_at_a_time(
         drains = raw["throughput"]["drains"]
         assert len(drains) == report["profile"]["rounds"], name
         assert all(d["tasks"] == report["profile"]["throughput_n"] for d in drains), name
-    # ours keeps a task process forked ahead, by its fork server; the floor forks only for a
-    # task
+    # ours keeps a task process forked ahead, by its fork server; the bare floor forks only
+    # for a task, the other keeps one child forked ahead
     assert report["systems"]["ours"]["raw"]["listener_processes"] == 3
     assert report["systems"]["floor"]["raw"]["listener_processes"] == 1
+    assert report["systems"]["floor_ahead"]["raw"]["listener_processes"] == 2
     assert "ours/floor (bare fork)" in proc.stdout and "2 task(s) at a time" in proc.stdout
     assert tagged_pids(str(BENCH.parent / "drivers")) == []  # every listener stopped
 
