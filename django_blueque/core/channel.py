@@ -119,13 +119,16 @@ def rouse(sock: socket.socket) -> None:
 class Channel:
     """The listener's end of one task process's socket, once its task is written: waited on in
     the listener's select like a peek. ``record(end)`` records an end the process sent and
-    returns the outcome, or None if it could not."""
+    returns the outcome, or None if it could not. ``last_word``: the answer to a recorded end
+    is the last thing said on the socket (the process has no on_task_end to run after it,
+    only its exit), so the listener closes its side as it answers, and the task's slot is free
+    without waiting for the process to close its own."""
 
-    __slots__ = ("sock", "begun", "inbox", "record")
+    __slots__ = ("sock", "begun", "inbox", "record", "last_word")
 
-    def __init__(self, sock: socket.socket, record: Callable[[dict[str, Any]], str | None]
-                 ) -> None:
-        self.sock, self.record = sock, record
+    def __init__(self, sock: socket.socket, record: Callable[[dict[str, Any]], str | None],
+                 last_word: bool = False) -> None:
+        self.sock, self.record, self.last_word = sock, record, last_word
         self.begun = False
         self.inbox = b""
 
@@ -165,6 +168,8 @@ class Channel:
                 self.sock.sendall(f"{outcome or NOT_RECORDED}\n".encode(), socket.MSG_NOSIGNAL)
             except OSError:
                 pass  # it gave up waiting (or died): it records its end itself
+            if outcome and self.last_word:
+                self.close()  # the answer stays readable on the process's side
 
     def close(self) -> None:
         self.sock.close()

@@ -63,9 +63,9 @@ class Child:
 
     @property
     def exiting(self) -> bool:
-        """Its end recorded, it closed its socket on its way out: its slot is free while it
-        flushes its logs and the kernel tears it down (a millisecond or two, beside the next
-        task)."""
+        """Its end recorded, its socket closed (by the process on its way out, or by the
+        listener as it answered, see Channel.last_word): its slot is free while it flushes
+        its logs and the kernel tears it down (a millisecond or two, beside the next task)."""
         return self.recorded and (self.channel is None or not self.channel.open)
 
 
@@ -84,6 +84,7 @@ class TaskProcesses:
         kill_grace: float
         _backlog: list[Callable[[], object]]
         _spare: tuple[int, socket.socket] | None
+        _on_task_end: Callable[[Task, str, Any, Any], object] | None
         _handover: tuple[Channel, float] | None  # the task last handed over, until when
         _unsure: dict[str, tuple[str, float, int]]
         _wakeup: WakeupPipe
@@ -215,7 +216,8 @@ class TaskProcesses:
         child = self.children[pid] = Child(pid, queue, task_id, token, timeout)
         if handed:
             child.handed, child.more = True, more
-            child.channel = Channel(sock, lambda end: self._record_end(child, end))
+            child.channel = Channel(sock, lambda end: self._record_end(child, end),
+                                    last_word=self._on_task_end is None)
             if not more:
                 self._handover = (child.channel, time.monotonic() + BEGIN_WAIT)
             task_logger.info("task %s (%s) started in pid %d", printable(task_id), queue, pid)

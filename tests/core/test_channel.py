@@ -6,8 +6,11 @@ import socket
 import threading
 import time
 
+import pytest
+
 from django_blueque.core.channel import (
     BEGUN,
+    NOT_RECORDED,
     ROUSE,
     ROUSED_SECONDS,
     Channel,
@@ -100,6 +103,29 @@ def test_an_end_sent_after_begun_is_recorded_without_the_begun_byte():
         channel.settle()
         assert ends == [{"outcome": "failed"}]
         channel.close()
+
+
+@pytest.mark.parametrize("last_word, outcome, still_open", [
+    (True, "complete", False),  # no on_task_end: the slot frees as the listener answers
+    (False, "complete", True),  # the process closes it, once its on_task_end has run
+    (True, None, True),  # not recorded: the process records it itself, its slot held
+])
+def test_the_listener_closes_its_side_as_it_answers_when_that_is_the_last_word(
+        last_word, outcome, still_open):
+    listener, process = socket.socketpair()
+    with process:
+        channel = Channel(listener, lambda end: outcome, last_word=last_word)
+        process.sendall(b'{"outcome": "complete"}\n')
+        channel.settle()
+        assert channel.open is still_open
+        assert process.recv(64) == f"{outcome or NOT_RECORDED}\n".encode()
+        process.setblocking(False)
+        if still_open:
+            with pytest.raises(BlockingIOError):
+                process.recv(64)
+            channel.close()
+        else:
+            assert process.recv(64) == b""  # the answer read, then the end of the socket
 
 
 def _running():
