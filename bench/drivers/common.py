@@ -20,8 +20,9 @@ import redis
 import redis.utils
 
 QUEUE = "bench"
-# Every task pushes "<params> <time.time() when its code started>" here; a plain list keeps the
-# probe identical for all systems and lets the measuring process block on it with BLPOP.
+# Every task pushes "<params> <time.time() when its code started> <its parent's pid>" here (the
+# parent tells which listener ran it); a plain list keeps the probe identical for all systems
+# and lets the measuring process block on it with BLPOP.
 MARKS = "bench:marks"
 URL_ENV = "BENCH_REDIS_URL"
 
@@ -35,7 +36,7 @@ def task_body(params):
     """
     started = time.time()
     url = urllib.parse.urlsplit(os.environ[URL_ENV])
-    mark = f"{params} {started!r}".encode()
+    mark = f"{params} {started!r} {os.getppid()}".encode()
     command = b"*3\r\n$5\r\nRPUSH\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
         len(MARKS), MARKS.encode(), len(mark), mark)
     with socket.create_connection((url.hostname, url.port or 6379)) as conn:
@@ -84,19 +85,24 @@ def pickup_latency(driver, marks, samples, min_pause, jitter, timeout):
         popped = marks.blpop([MARKS], timeout=timeout)
         if popped is None:
             raise SystemExit(f"task {params} did not start within {timeout} s")
-        got, started = popped[1].decode().split()
+        got, started, _ = popped[1].decode().split()
         if got != params:
             raise SystemExit(f"expected the mark of {params}, got {got}")
         latencies.append(float(started) - enqueued)
     return {"latencies": latencies}
 
 
-def fork_throughput(driver, marks, n, batch, timeout):
-    """n no-op tasks through one listener, timed from task start to task start.
+def fork_throughput(driver, marks, n, batch, timeout, listeners=1):
+    """n no-op tasks through ``listeners`` listener processes, timed from task start to task
+    start once every listener has started one.
 
     Start to start leaves out enqueueing and the first pickup; what remains is the whole cycle
-    of one task: dequeue, fork, run, bookkeeping, reap. Besides the mean rate it keeps the
-    median gap, which a burst of load from elsewhere on a small machine barely moves.
+    of one task: dequeue, fork, run, bookkeeping, reap. With several listeners (blueque 1.0
+    and RQ run one task per listener), the rate counts from the first start of the last one
+    to join: a listener that polls (blueque 1.0 sleeps 1 s when it found its queue empty)
+    joins a drain up to a second late, which measures its poll, not its rate. Besides the
+    mean rate it keeps the median gap, which a burst of load from elsewhere on a small
+    machine barely moves.
     """
     marks.delete(MARKS)
     params = [f"throughput-{i}" for i in range(n)]
@@ -112,11 +118,21 @@ def fork_throughput(driver, marks, n, batch, timeout):
         popped = marks.blpop([MARKS], timeout=max(deadline - time.monotonic(), 0.01))
         if popped is None:
             raise SystemExit(f"only {len(starts)} of {n} tasks started within {timeout} s")
-        starts.append(float(popped[1].split()[1]))
+        _, started, parent = popped[1].split()
+        starts.append((float(started), parent))
     starts.sort()
-    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
-    return {"tasks": n, "elapsed": starts[-1] - starts[0],
-            "tasks_per_s": (n - 1) / (starts[-1] - starts[0]),
+    joined = {}
+    for started, parent in starts:
+        joined.setdefault(parent, started)
+    if len(joined) < listeners:
+        raise SystemExit(f"{len(joined)} of {listeners} listeners ran a task of the drain: "
+                         f"drain more tasks (-n) than the others run before it joins")
+    timed = [started for started, _ in starts if started >= max(joined.values())]
+    if len(timed) < 2:
+        raise SystemExit("the last listener joined at the drain's end: drain more tasks (-n)")
+    gaps = [later - earlier for earlier, later in itertools.pairwise(timed)]
+    return {"tasks": n, "timed": len(timed), "elapsed": timed[-1] - timed[0],
+            "tasks_per_s": (len(timed) - 1) / (timed[-1] - timed[0]),
             "median_gap": statistics.median(gaps)}
 
 
@@ -132,6 +148,8 @@ def main(driver_class):
     parser.add_argument("--min-pause", type=float, default=0.1, help="idle seconds before a sample")
     parser.add_argument("--jitter", type=float, default=1.0, help="random extra idle seconds")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for tasks")
+    parser.add_argument("--listeners", type=int, default=1,
+                        help="listener processes running the drain (throughput)")
     parser.add_argument("--concurrency", type=int, default=1,
                         help="tasks one listener runs at once (listen; only a driver whose "
                              "system can: the others run one at a time)")
@@ -155,8 +173,8 @@ def main(driver_class):
         result = pickup_latency(driver, marks, args.samples, args.min_pause, args.jitter,
                                 args.timeout)
     else:
-        drains = [fork_throughput(driver, marks, args.n, args.batch, args.timeout)
-                  for _ in range(args.rounds)]
+        drains = [fork_throughput(driver, marks, args.n, args.batch, args.timeout,
+                                  args.listeners) for _ in range(args.rounds)]
         result = {"drains": drains,
                   "tasks_per_s": statistics.median(d["tasks_per_s"] for d in drains),
                   "median_gap": statistics.median(d["median_gap"] for d in drains)}
