@@ -58,8 +58,10 @@ class DriverError(RuntimeError):
 
 
 def run_json(argv, timeout):
-    """Run one driver role to the end and return the JSON object on its last stdout line."""
-    with child(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    """Run one driver role to the end and return the JSON object on its last stdout line
+    (``argv``'s numbers are passed as their text)."""
+    with child([str(arg) for arg in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+               text=True) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -114,7 +114,7 @@ def measure(system, python, url, profile, workdir, concurrency):
     driver = [str(python), str(HERE / "drivers" / system.driver)]
 
     def role(name, *args, timeout):
-        return run_json([*driver, name, url, *map(str, args)], timeout)
+        return run_json([*driver, name, url, *args], timeout)
 
     started = time.monotonic()
     info = role("info", timeout=60)

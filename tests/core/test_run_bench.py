@@ -3,6 +3,7 @@ virtualenv from PyPI (ours and the two floors), two tasks at a time: every figur
 drain complete, the listeners' processes counted, nothing left running."""
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,24 @@ def test_the_breakdown_accounts_for_each_process_cpu_and_page_faults():
             assert faults > 0, rest  # a forked process writes to pages it shares: it faults
     assert rows["in all"][0] == pytest.approx(
         sum(rows[who][0] for who in (*processes, "redis-server")), abs=0.005)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_interleaved_benchmark_drains_through_two_listeners_of_each_system():
+    """bench/interleave.py: ours and the floor in turn, one-at-a-time enqueues and a drain
+    through two listener processes each, timed once both have started a task."""
+    proc = subprocess.run([sys.executable, str(BENCH.parent / "interleave.py"), "--only", "ours",
+                           "--only", "floor", "--enqueue", "--drain", "100", "--listeners", "2",
+                           "--rounds", "2"], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "enqueue ours", "enqueue floor", "drain ours", "drain floor"]
+    for line in lines:
+        rates = [float(rate) for rate in line.split("(rounds: ")[1].split(")")[0].split(", ")]
+        assert len(rates) == 2 and all(rate > 0 for rate in rates), line
+        assert float(line.split(": ")[1].split(" tasks/s")[0]) == pytest.approx(
+            statistics.median(rates), abs=0.5), line
+    assert lines[1].endswith("x") and "; ours / floor " in lines[1], lines[1]
+    assert tagged_pids(str(BENCH.parent / "drivers")) == []  # every listener stopped
