@@ -104,13 +104,19 @@ def test_the_breakdown_accounts_for_each_process_cpu_and_page_faults():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_interleaved_benchmark_drains_through_two_listeners_of_each_system():
-    """bench/interleave.py: ours and the floor in turn, one-at-a-time enqueues and a drain
-    through two listener processes each, timed once both have started a task."""
+    """bench/interleave.py: ours and the floor in turn, idle pickups, one-at-a-time enqueues
+    and a drain through two listener processes each, timed once both have started a task."""
     proc = subprocess.run([sys.executable, str(BENCH.parent / "interleave.py"), "--only", "ours",
-                           "--only", "floor", "--enqueue", "--drain", "100", "--listeners", "2",
-                           "--rounds", "2"], capture_output=True, text=True, timeout=280)
+                           "--only", "floor", "--enqueue", "--pickup", "3", "--drain", "100",
+                           "--listeners", "2", "--rounds", "2"],
+                          capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    lines = proc.stdout.strip().splitlines()
+    pickups, lines = proc.stdout.strip().splitlines()[:2], proc.stdout.strip().splitlines()[2:]
+    for line, name in zip(pickups, ("ours", "floor"), strict=True):
+        assert line.startswith(f"pickup {name}: p50 / p90 / p99 "), line
+        assert line.endswith(" ms (6 samples)"), line  # 3 a round, 2 rounds
+        p50, p90, p99 = map(float, line.split("p99 ")[1].split(" ms")[0].split(" / "))
+        assert 0 < p50 <= p90 <= p99, line
     assert [line.split(":")[0] for line in lines] == [
         "enqueue ours", "enqueue floor", "drain ours", "drain floor"]
     for line in lines:
