@@ -46,10 +46,11 @@ records itself, so that the listener never buffers a large value."""
 # (writes with MSG_NOSIGNAL: a listener gone must be an error, not a SIGPIPE, whatever the task
 # did with that signal)
 
-def read_task(sock: socket.socket) -> bytes:
+def read_task(sock: socket.socket, on_rouse: Callable[[], object] | None = None) -> bytes:
     """The task the listener writes (a JSON line), or b'' if it closed the socket instead
     (the task is not to run): then the socket is closed here too. After a ROUSE, the socket
-    is polled rather than slept on, for at most ROUSED_SECONDS."""
+    is polled rather than slept on, for at most ROUSED_SECONDS, once ``on_rouse()`` returned
+    if the task has not come with the ROUSE."""
     data = b""
     polled_until = 0.0
     while not data.endswith(b"\n"):
@@ -69,6 +70,8 @@ def read_task(sock: socket.socket) -> bytes:
             return data
         if not data and chunk.startswith(ROUSE):
             chunk = chunk.lstrip(ROUSE)
+            if not chunk and on_rouse is not None:
+                on_rouse()
             polled_until = time.monotonic() + ROUSED_SECONDS
         data += chunk
     return data

@@ -29,6 +29,20 @@ class RunningTask:
     def __init__(self, protocol: Protocol, task: Task, token: str, timeout: float | None = None,
                  queue: str | None = None) -> None:
         self.protocol = protocol
+        self.cancel_requested = threading.Event()
+        self.lease_lost = threading.Event()
+        self.finished = threading.Event()
+        self.timed_out = threading.Event()  # stopped by its own deadline (listener gone)
+        # held while the end is recorded or the lease renewed: the two never cross, so a
+        # renewal never finds the lease gone because this process just recorded its end
+        self.recording = threading.Lock()
+        self.assign(task, token, timeout, queue)
+
+    def assign(self, task: Task, token: str, timeout: float | None = None,
+               queue: str | None = None) -> None:
+        """Make this the run of ``task``. A task process builds its RunningTask on made-up
+        values while it waits for its task (four events cost a process just forked 0.1 ms),
+        then assigns it the task it is handed."""
         self.task = task
         self.id = task.id
         # the queue it was taken from, which chooses the code that runs it: the hash's own
@@ -37,13 +51,6 @@ class RunningTask:
         self.token = token
         self.attempt = task.attempts or 1  # counted when the run started
         self.timeout = timeout  # seconds this run may take: its own or its queue's
-        self.cancel_requested = threading.Event()
-        self.lease_lost = threading.Event()
-        self.finished = threading.Event()
-        self.timed_out = threading.Event()  # stopped by its own deadline (listener gone)
-        # held while the end is recorded or the lease renewed: the two never cross, so a
-        # renewal never finds the lease gone because this process just recorded its end
-        self.recording = threading.Lock()
 
     def report_progress(self, percent: float, message: str = "") -> bool | None:
         """Record how far the task is (0..100) and a message anyone can read."""

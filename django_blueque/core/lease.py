@@ -39,17 +39,20 @@ RETRY_EVERY = 1.0
 class LeaseKeeper:
     """The thread that renews one task's lease. The forking runner starts it in its spare
     process before a task is known (a thread's first start costs most); ``keep()`` then says
-    which task it keeps. A bare thread (``_thread``), not a ``threading.Thread``, whose
+    which task it keeps. ``begun()`` is called first, from the thread: once the task's code
+    runs (the thread waits for the interpreter's lock), unless the task's end is recorded by
+    then; given ahead, as the lambda that says it costs a process just forked two
+    copy-on-write faults. A bare thread (``_thread``), not a ``threading.Thread``, whose
     bookkeeping, run once in each process forked for a task, cost that process 0.24 ms and 96
     copy-on-write faults against 0.10 ms and 38 (bench/README.md)."""
 
-    def __init__(self) -> None:
+    def __init__(self, begun: Callable[[], object] | None = None) -> None:
         self._given = _thread.allocate_lock()  # released once keep() gave it a task
         self._given.acquire()
         self._alive = _thread.allocate_lock()  # held while the thread runs
         self._started = False
         self._job: tuple[RunningTask, tuple[int, ...], bool, float] | None = None
-        self._begun: Callable[[], object] | None = None
+        self._begun = begun
 
     def start(self) -> None:
         self._alive.acquire()
@@ -71,17 +74,13 @@ class LeaseKeeper:
         finally:
             self._alive.release()
 
-    def keep(self, running: RunningTask, parents: tuple[int, ...], own_process: bool,
-             begun: Callable[[], object] | None = None) -> None:
+    def keep(self, running: RunningTask, parents: tuple[int, ...], own_process: bool) -> None:
         """Renew ``running``'s lease until ``running.finished`` is set. ``own_process``: this
         process exists for the task alone (a forking runner's child), so it may stop itself
         when the lease is lost, and enforce the task's timeout once its parent is none of
         ``parents`` (its listener, and the fork server that forked it); otherwise losing the
-        lease only makes ``should_stop()`` true. ``begun()`` is called first, from the
-        thread: once the task's code runs (the thread waits for the interpreter's lock),
-        unless the task's end is recorded by then."""
+        lease only makes ``should_stop()`` true."""
         self._job = (running, parents, own_process, time.monotonic())
-        self._begun = begun
         self._given.release()
         if not self._started:
             self.start()

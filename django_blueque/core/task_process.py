@@ -69,15 +69,16 @@ class TaskProcess:
             for signum in (signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
                 signal.signal(signum, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, _raise_stop)
-            keeper = LeaseKeeper()
+            keeper = LeaseKeeper(begun=lambda: say_begun(handover))
             keeper.start()  # a thread's first start costs most: done before the task comes
-            _rehearse(self.protocol)
-            handed = read_task(handover)
+            queue, task, token = self._rehearse()
+            running = RunningTask(self.protocol, task, token, None, queue)  # events made ahead
+            set_current_task(running)  # assigned its task when it comes: one write fewer then
+            handed = read_task(handover, on_rouse=self._rehearse)
             if handed:
-                handed = json.loads(handed)
-                task_id = handed["id"]
-                code = self._run(handed["queue"], Task(task_id, handed["fields"]),
-                                 handed["token"], keeper, parents, handover)
+                queue, task, token = _handed(handed)
+                task_id = task.id
+                code = self._run(queue, task, token, running, keeper, parents, handover)
         except StopRequested:
             code = 128 + signal.SIGTERM
         except BaseException:
@@ -90,16 +91,27 @@ class TaskProcess:
             sys.stderr.flush()
             os._exit(code)
 
-    def _run(self, queue, task, token, keeper, parents, handover):
+    def _rehearse(self) -> tuple[str, Task, str]:
+        """Go along the task's way from its hand-over to its code on made-up values, while
+        waiting for it: a forked process pays a copy-on-write fault (5-15 us on this path)
+        the first time it writes each page it shares with its listener, and the first call
+        of a function writes its function object (a reference) and its code object (a call
+        count). Again when roused (the task is coming), which finds that way in the
+        processor's caches. Returns the made-up queue, task and token."""
+        queue, task, token = _handed(REHEARSAL)
+        positive_seconds(task.fields.get("timeout"))
+        _touch(self._run, self.callback, self.policy, LeaseKeeper.keep)
+        return queue, task, token
+
+    def _run(self, queue, task, token, running, keeper, parents, handover):
         policy = self.policy(queue)
         timeout = positive_seconds(task.fields.get("timeout")) or policy.get("timeout")
-        running = RunningTask(self.protocol, task, token, timeout, queue)
-        set_current_task(running)
+        running.assign(task, token, timeout, queue)
         # the thread that renews its lease (set by the take, for LEASE_TTL) tells the listener
         # the task began once the task's code runs: woken now, it runs when that code first
         # waits, or 5 ms on. Told from here, the listener forked its next spare beside the
         # task's first line, and delayed it by the fork's milliseconds one time in ten
-        keeper.keep(running, parents, own_process=True, begun=lambda: say_begun(handover))
+        keeper.keep(running, parents, own_process=True)
         code = ""  # the exception's code attribute, for the error history
         try:
             value = encode_result(self.callback(task))
@@ -163,12 +175,27 @@ def record_end(running, step, ask=None):
         time.sleep(pause)
 
 
-def _rehearse(protocol):
-    """Go once, on made-up values, through what comes between the hand-over and the task's
-    code, while waiting: a forked process pays a copy-on-write fault the first time it touches
-    each page it shares with its listener (reference counts), 0.1 to 0.2 ms on this path."""
-    handed = json.loads('{"queue": "q", "token": "t", "id": "i", "fields": {"attempts": "1"}}')
-    RunningTask(protocol, Task(handed["id"], handed["fields"]), handed["token"], None, "q")
+REHEARSAL = json.dumps({
+    "queue": "queue", "token": "0" * 32, "id": "00000000-0000-0000-0000-000000000000",
+    "fields": {"created": "1795843005.3611856", "pid": "7531", "started": "1795843005.361736",
+               "lease": "0" * 32, "queue": "queue", "updated": "1795843005.361736",
+               "status": "started", "parameters": "[]", "node": "host~00000000_0000",
+               "attempts": "1"}}).encode() + b"\n"
+"""A made-up hand-over of a real one's shape (its strings of the same sizes take their memory
+where the real ones will), bytes as they are (json.loads takes another way for a str)."""
+
+
+def _handed(line: bytes) -> tuple[str, Task, str]:
+    """The queue, task and token of a hand-over line (channel.py)."""
+    handed = json.loads(line)
+    return handed["queue"], Task(handed["id"], handed["fields"]), handed["token"]
+
+
+def _touch(*functions: Any) -> None:
+    """Write once to the pages of ``functions`` and of their code objects (a reference taken
+    and dropped), as their first calls will."""
+    for function in functions:
+        getattr(function, "__code__", None)
 
 
 def _raise_stop(signum, frame):

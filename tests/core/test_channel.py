@@ -66,6 +66,36 @@ def test_a_spare_roused_twice_apart_reads_the_task_alone():
             timer.join()
 
 
+@pytest.mark.parametrize("first, then, roused", [
+    (ROUSE, TASK + b"\n", 1),  # its way walked again while its take runs
+    (ROUSE + TASK + b"\n", b"", 0),  # the task came with the ROUSE: straight to it
+    (TASK + b"\n", b"", 0),  # not roused (a task queued as the spare was forked)
+], ids=["roused ahead", "roused with it", "not roused"])
+def test_a_spare_roused_ahead_of_its_task_calls_on_rouse_once(first, then, roused):
+    listener, spare = socket.socketpair()
+    calls = []
+    with listener, spare:
+        listener.sendall(first)
+        later = threading.Timer(ROUSED_SECONDS * 10, lambda: listener.sendall(then))
+        later.start()
+        try:
+            assert read_task(spare, on_rouse=lambda: calls.append(len(calls))) == TASK + b"\n"
+        finally:
+            later.join()
+    assert calls == list(range(roused))
+
+
+def test_a_running_task_made_ahead_is_assigned_the_task_it_is_handed():
+    """A task process builds its RunningTask before its task comes (task_process.py)."""
+    running = RunningTask(None, Task("made-up", {"attempts": "1", "queue": "q"}), "t")
+    running.assign(Task("id", {"attempts": "3", "queue": "its own"}), "token", 60.0, "taken")
+    assert (running.id, running.task.id, running.attempt, running.token, running.timeout,
+            running.queue) == ("id", "id", 3, "token", 60.0, "taken")
+    running.assign(Task("next", {"queue": "its own"}), "token2")
+    assert (running.id, running.attempt, running.timeout, running.queue) == (
+        "next", 1, None, "its own")
+
+
 def test_a_roused_spare_let_go_reads_nothing_and_closes_its_end():
     listener, spare = socket.socketpair()
     with listener:
@@ -136,10 +166,10 @@ def test_the_lease_thread_says_begun_once_the_tasks_code_runs():
     """Said before the task's code (as it was), the listener's fork of its next spare took the
     task's core away just as the code began, one pickup in ten."""
     order = []
-    keeper, running = LeaseKeeper(), _running()
+    keeper, running = LeaseKeeper(begun=lambda: order.append("begun")), _running()
     keeper.start()
     try:
-        keeper.keep(running, (), own_process=False, begun=lambda: order.append("begun"))
+        keeper.keep(running, (), own_process=False)
         order.append("the task's code")  # the thread waits for the interpreter's lock
         deadline = time.monotonic() + 5
         while len(order) < 2 and time.monotonic() < deadline:
@@ -152,9 +182,9 @@ def test_the_lease_thread_says_begun_once_the_tasks_code_runs():
 
 def test_the_lease_thread_says_nothing_of_a_task_whose_end_is_recorded():
     said = []
-    keeper, running = LeaseKeeper(), _running()
+    keeper, running = LeaseKeeper(begun=lambda: said.append("begun")), _running()
     keeper.start()
-    keeper.keep(running, (), own_process=False, begun=lambda: said.append("begun"))
+    keeper.keep(running, (), own_process=False)
     running.finished.set()  # before the thread got the interpreter's lock
     keeper.join(5)
     assert not keeper.is_alive()
