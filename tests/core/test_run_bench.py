@@ -126,3 +126,23 @@ def test_the_interleaved_benchmark_drains_through_two_listeners_of_each_system()
             statistics.median(rates), abs=0.5), line
     assert lines[1].endswith("x") and "; ours / floor " in lines[1], lines[1]
     assert tagged_pids(str(BENCH.parent / "drivers")) == []  # every listener stopped
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_copy_on_write_pages_of_a_task_process_way_are_found_and_named():
+    """bench/cow_pages.py: the pages a forked task process writes between waiting for its task
+    and the task's first line (read from its page map and memory, stopped there), and the
+    words changed on them."""
+    proc = subprocess.run([sys.executable, str(BENCH.parent / "cow_pages.py"), "--tasks", "2"],
+                          capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    for number, line in enumerate(lines[:2]):
+        assert line.startswith(f"task {number}: ") and line.endswith(
+            " pages written on the way to its first line"), line
+        assert int(line.split(": ")[1].split()[0]) > 0, line  # a forked process writes pages
+    pages = [line for line in lines[2:] if not line.startswith("    ")]
+    assert len(pages) == int(lines[1].split(": ")[1].split()[0])  # the last task's, listed
+    assert all(" words changed" in line for line in pages), pages
+    assert tagged_pids(str(BENCH.parent / "cow_pages.py")) == []  # its listener stopped
