@@ -42,6 +42,18 @@ LARGEST_END = 64 * 1024
 records itself, so that the listener never buffers a large value."""
 
 
+def task_line(queue: str, token: str, task_id: str, fields: dict[str, Any]) -> bytes:
+    """The line a listener writes to hand a task over (1. above); ``handed_task`` reads it."""
+    return json.dumps({"queue": queue, "token": token, "id": task_id,
+                       "fields": fields}).encode() + b"\n"
+
+
+def handed_task(line: bytes) -> tuple[str, str, str, dict[str, Any]]:
+    """The queue, token, task id and fields of a ``task_line``."""
+    handed = json.loads(line)
+    return handed["queue"], handed["token"], handed["id"], handed["fields"]
+
+
 # -- the task process's side ------------------------------------------------------------------
 # (writes with MSG_NOSIGNAL: a listener gone must be an error, not a SIGPIPE, whatever the task
 # did with that signal)

@@ -8,7 +8,6 @@ spare, backlog, policy) it shares."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import keys as k
-from .channel import Channel, rouse
+from .channel import Channel, rouse, task_line
 from .outages import is_transient
 from .protocol import HEARTBEAT_TTL, new_token
 from .task_process import describe_exit, encode_result
@@ -206,8 +205,7 @@ class TaskProcesses:
         handed = False
         if fields:  # sent first: the task's process gets on while the listener takes note
             try:
-                sock.sendall(json.dumps({"queue": queue, "token": token, "id": task_id,
-                                         "fields": fields}).encode() + b"\n")
+                sock.sendall(task_line(queue, token, task_id, fields))
                 handed = True
             except OSError:
                 pass  # the process died before it got the task: _child_ended puts it back

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import redis
 
 from . import keys as k
-from .channel import ask_to_record, read_task, say_begun
+from .channel import ask_to_record, handed_task, read_task, say_begun, task_line
 from .context import RunningTask, StopRequested, set_current_task
 from .lease import LeaseKeeper
 from .outages import Outage, is_transient
@@ -175,20 +175,18 @@ def record_end(running, step, ask=None):
         time.sleep(pause)
 
 
-REHEARSAL = json.dumps({
-    "queue": "queue", "token": "0" * 32, "id": "00000000-0000-0000-0000-000000000000",
-    "fields": {"created": "1795843005.3611856", "pid": "7531", "started": "1795843005.361736",
-               "lease": "0" * 32, "queue": "queue", "updated": "1795843005.361736",
-               "status": "started", "parameters": "[]", "node": "host~00000000_0000",
-               "attempts": "1"}}).encode() + b"\n"
+REHEARSAL = task_line("queue", "0" * 32, "00000000-0000-0000-0000-000000000000", {
+    "created": "1795843005.3611856", "pid": "7531", "started": "1795843005.361736",
+    "lease": "0" * 32, "queue": "queue", "updated": "1795843005.361736", "status": "started",
+    "parameters": "[]", "node": "host~00000000_0000", "attempts": "1"})
 """A made-up hand-over of a real one's shape (its strings of the same sizes take their memory
 where the real ones will), bytes as they are (json.loads takes another way for a str)."""
 
 
 def _handed(line: bytes) -> tuple[str, Task, str]:
-    """The queue, task and token of a hand-over line (channel.py)."""
-    handed = json.loads(line)
-    return handed["queue"], Task(handed["id"], handed["fields"]), handed["token"]
+    """The queue, task and token of a hand-over line."""
+    queue, token, task_id, fields = handed_task(line)
+    return queue, Task(task_id, fields), token
 
 
 def _touch(*functions: Any) -> None:
