@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "testproject"), str(ROOT)]
 
-from tests.redis_server import RedisServer  # noqa: E402
+from devtools.servers import RedisServer  # noqa: E402
 
 FILL = """
 -- KEYS[1] failed list; ARGV[1] first number, ARGV[2] count, ARGV[3] queue, ARGV[4] time,

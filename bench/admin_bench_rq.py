@@ -23,7 +23,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from admin_bench import summary, timed  # noqa: E402
 
-from tests.redis_server import RedisServer  # noqa: E402
+from devtools.servers import RedisServer  # noqa: E402
 
 CLONE = """
 -- KEYS[1] failed registry; ARGV[1] first number, ARGV[2] count, ARGV[3] score, ARGV[4] id

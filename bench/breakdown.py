@@ -1,275 +1,209 @@
-"""Where a no-op task's time goes in our engine, from its enqueue to the listener's next wait
-(issue 17), beside the floors a process per task cannot go under.
+"""Where a task's time goes in our listener, stage by stage, from its enqueue to its end
+recorded and its process reaped.
 
-    python bench/breakdown.py [--tasks 300]
+    python bench/breakdown.py [--tasks 40] [--seconds 1] [--idle 0.3 0.6] [--engine CHECKOUT]
 
-Its own redis-server. A ForkingRunner (concurrency 1, a no-op callback) runs in a child
-process whose engine methods are wrapped to append ``name pid start end`` to a file
-(``time.perf_counter_ns`` is CLOCK_MONOTONIC, one clock for the listener and its forks);
-tasks are enqueued one at a time, 0.1 s apart (each has ended long before the next), so the
-stages of one task never overlap another's. The floors are measured in this process with the
-same interpreter and the engine imported: a Redis round trip (PING), one engine script call
-(the scripts' own cost), a fork whose child exits at once (fork, exit, waitpid), and a forked
-child's first command on a new connection. Medians, in milliseconds. Last, the CPU each
-process spends per task while a listener drains a queue (a plain one, nothing wrapped): on a
-machine of few cores, what bounds the drain rate.
+One private Redis, one listener of ours (this checkout's engine, or ``--engine``'s: a checkout's
+directory, run through this script) with a mark written as each stage begins or ends (the
+engine's functions wrapped in this process, so the engine runs unchanged), and ``--tasks``
+tasks enqueued one at a time, the listener idle for a random time in ``--idle`` (0.3-0.6 s)
+before each (past 5 s, the listener has gone back to its idle heartbeat). Each task sleeps
+``--seconds`` after its callback starts. A mark is the Unix time in nanoseconds (one clock for
+every process) and the process's page faults so far (``ru_minflt``: a forked process's
+copy-on-write faults among them), written with one ``write()`` to a file every process appends
+to. Prints, per stage, the median and the p90 over the tasks in ms, and the median number of
+page faults when both ends are in one process.
 """
 
 import argparse
 import os
+import random
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
-
-import redis  # noqa: E402
-from infra import child, private_redis  # noqa: E402
-
-from django_blueque.core import Client, children, runner, spares, take_ahead, waiter  # noqa: E402
-from django_blueque.core.fork_server import NAME  # noqa: E402
-from django_blueque.core.protocol import Protocol  # noqa: E402
-
 QUEUE = "breakdown"
-LOG = None  # the file descriptor the wrapped methods append to (in the listener and its forks)
+
+# (stage, first mark, second mark): each a label of the marks below; both taken once per task
+STAGES = [
+    ("enqueue call to the peek's reply read", "enqueue", "woken"),
+    ("peek's reply to the fork", "woken", "fork"),
+    ("fork (in the listener)", "fork", "forked"),
+    ("fork to the child's first Python", "fork", "child"),
+    ("forked to the take sent", "forked", "take"),
+    ("take's round trip (take.lua)", "take", "taken"),
+    ("taken to the hand-over written", "taken", "handed"),
+    ("hand-over written to read by the child", "handed", "read"),
+    ("read to the callback", "read", "callback"),
+    ("  of which the lease thread's start", "keeper", "kept"),
+    ("PICKUP: enqueue call to the callback", "enqueue", "callback"),
+    ("listener: hand-over to its beat", "handed", "beat"),
+    ("listener: its beat (heartbeat + renewals)", "beat", "beaten"),
+    ("callback's return to the end's call", "returned", "finish"),
+    ("child's first Redis connection (socket + handshake)", "connect", "connected"),
+    ("  of which the handshake (CLIENT SETINFO x2)", "handshake", "connected"),
+    ("end's call to its reply (connection included)", "finish", "finished"),
+    ("END: callback's return to the end recorded", "returned", "finished"),
+    ("end recorded to the child's exit", "finished", "exit"),
+    ("child's exit to the listener's waitpid", "exit", "reaped"),
+    ("OVERHEAD: enqueue to end recorded, less the task's sleep", "enqueue", "finished"),
+]
 
 
-def now():
-    return time.perf_counter_ns()
+def listen(url, marks_path, seconds):
+    """The listener, its stages marked (runs in a subprocess of the harness)."""
+    sys.path.insert(0, os.environ.get("BENCH_ENGINE") or str(HERE.parent))
+    import redis.connection
+
+    from django_blueque.core import (
+        Client,
+        ForkingRunner,
+        children,
+        lease,
+        protocol,
+        runner,
+        task_process,
+        waiter,
+    )
+
+    fd = os.open(marks_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def mark(label):
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        os.write(fd, f"{label} {os.getpid()} {time.time_ns()} {faults}\n".encode())
+
+    def around(owner, name, before, after=None):
+        original = getattr(owner, name)
+
+        def wrapped(*args, **kwargs):
+            mark(before)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if after:
+                    mark(after)
+        setattr(owner, name, wrapped)
+
+    def then(owner, name, label):
+        original = getattr(owner, name)
+
+        def wrapped(*args, **kwargs):
+            result = original(*args, **kwargs)
+            mark(label)
+            return result
+        setattr(owner, name, wrapped)
+
+    around(waiter.Peek, "settle", "woken")
+    around(children.TaskProcesses, "fork", "fork", "forked")  # "forked": in the listener only
+    around(task_process.TaskProcess, "main", "child")
+    then(task_process, "read_line", "read")
+    around(protocol.Protocol, "take", "take", "taken")
+    around(lease.LeaseKeeper, "start", "keeper", "kept")
+    around(children, "write_line", "handed")
+    around(protocol.Protocol, "finish", "finish", "finished")
+    around(redis.connection.Connection, "_connect", "connect")  # a new socket, not a reuse
+    around(redis.connection.Connection, "on_connect_check_health", "handshake", "connected")
+    around(runner.ForkingRunner, "_beat", "beat", "beaten")
+    then(children.TaskProcesses, "_ended", "reaped")
+    real_exit = os._exit
+
+    def exit_marked(code):
+        mark("exit")
+        real_exit(code)
+    os._exit = exit_marked
+
+    def callback(task):
+        mark("callback")
+        if seconds:
+            time.sleep(seconds)
+        mark("returned")
+        return ""
+
+    ForkingRunner(Client(url), QUEUE, callback).run()
 
 
-def record(name, began, ended):
-    os.write(LOG, f"{name} {os.getpid()} {began} {ended}\n".encode())
+def harness(args):
+    import redis
+    from infra import child, private_redis
+    with tempfile.TemporaryDirectory(prefix="blueque-breakdown-") as tmp, \
+            private_redis(Path(tmp)) as url, redis.Redis.from_url(url) as client:
+        marks_path = Path(tmp) / "marks"
+        env = {**os.environ, **({"BENCH_ENGINE": str(Path(args.engine).resolve())}
+                                if args.engine else {})}
+        argv = [sys.executable, __file__, "--listen", url, str(marks_path), str(args.seconds)]
+        with child(argv, env=env, stdout=subprocess.DEVNULL):
+            sys.path.insert(0, env.get("BENCH_ENGINE") or str(HERE.parent))
+            from django_blueque.core import Client
+            queue = Client(url).get_queue(QUEUE)
+            time.sleep(1.5)
+            for _ in range(args.tasks + 1):  # the first one warms up, and is left out
+                time.sleep(random.uniform(*args.idle))
+                with open(marks_path, "a") as marks:
+                    marks.write(f"enqueue 0 {time.time_ns()} 0\n")
+                task_id = queue.enqueue("x")
+                deadline = time.monotonic() + args.seconds + 30
+                while client.hget(f"blueque_task_{task_id}", "status") != b"complete":
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"task {task_id} did not end")
+                    time.sleep(0.01)
+            time.sleep(0.5)  # the last process reaped
+        return marks_path.read_text().splitlines(), args.seconds
 
 
-def timed(name, function):
-    def wrapper(*args, **kwargs):
-        began = now()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            record(name, began, now())
-    return wrapper
+def stages(lines, seconds):
+    """Per task (the marks from one enqueue to the next), each stage's time in ms and page
+    faults (None across processes)."""
+    tasks, current = [], None
+    for line in lines:
+        label, pid, ns, faults = line.split()
+        if label == "enqueue":
+            current = {}
+            tasks.append(current)
+        if current is not None:
+            current.setdefault(label, (int(ns), pid, int(faults)))  # the first: the task's own
+    per_stage = {name: ([], []) for name, _, _ in STAGES}
+    for task in tasks[1:]:
+        for name, first, second in STAGES:
+            if first in task and second in task:
+                (start, pid, faults), (end, end_pid, end_faults) = task[first], task[second]
+                ms = (end - start) / 1e6 - (1000 * seconds if name.startswith("OVERHEAD") else 0)
+                per_stage[name][0].append(ms)
+                if pid == end_pid:
+                    per_stage[name][1].append(end_faults - faults)
+    return per_stage, len(tasks) - 1
 
 
-def noop(task):
-    record("callback", now(), now())
-    return ""
-
-
-def listen(url, path):
-    """The listener, its engine methods wrapped (run in a child process of the harness)."""
-    global LOG
-    LOG = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    waiter.Peek.settle = timed("woken", waiter.Peek.settle)
-    for name in ("take", "finish"):
-        setattr(Protocol, name, timed(name, getattr(Protocol, name)))
-    taken_ahead = take_ahead.TakesAhead._taken_ahead
-
-    def collected(self, *args, **kwargs):  # a take sent ahead: it ran before the wake-up
-        began = now()
-        answer = taken_ahead(self, *args, **kwargs)
-        if answer is not None:
-            record("take", began, now())
-        return answer
-    take_ahead.TakesAhead._taken_ahead = collected
-    spares.Spares._spawn = timed("fork_spare", spares.Spares._spawn)
-    children.TaskProcesses._child_ended = timed(  # once per reaped task process
-        "collected", children.TaskProcesses._child_ended)
-    runner.ForkingRunner(Client(url), QUEUE, noop, concurrency=1).run()
-
-
-def stages(path, enqueued):
-    """Per task, the gaps between what the listener and its task process recorded."""
-    events = [line.split() for line in Path(path).read_text().splitlines()]
-    rows = []
-    for at, next_at in zip(enqueued, enqueued[1:] + [float("inf")], strict=True):
-        mine = [(name, int(pid), int(b), int(e)) for name, pid, b, e in events
-                if at <= int(b) < next_at]
-        first = {}
-        for event in mine:
-            first.setdefault(event[0], event)
-        if not {"woken", "take", "callback", "finish"} <= set(first):
-            continue
-        ended = first["finish"][3]
-        collected = [e for e in mine if e[0] == "collected" and e[3] >= ended]
-        spare = [e for e in mine if e[0] == "fork_spare" and e[2] >= first["take"][3]]
-        if not collected:
-            continue
-        first["collected"] = collected[0]
-        ms = 1e-6
-        rows.append({
-            "enqueue call to the listener woken (the take sent ahead run, if one was)":
-                (first["woken"][3] - at) * ms,
-            "take (reserve + start, one script round trip; ~0 when sent ahead)":
-                (first["take"][3] - first["take"][2]) * ms,
-            "take returned to the task's code (socket hand-over, set-up in the child)":
-                (first["callback"][2] - first["take"][3]) * ms,
-            "the task's code to its end recorded (sent to the listener, finish.lua there)":
-                (first["finish"][3] - first["callback"][2]) * ms,
-            "finish recorded to the exit collected (exit, SIGCHLD, waitpid)":
-                (first["collected"][3] - first["finish"][3]) * ms,
-            "the next spare forked, or from the fork server (the listener's wait)":
-                (spare[0][3] - spare[0][2]) * ms if spare else 0.0,
-            "task's code started to the next spare's fork begun":
-                (spare[0][2] - first["callback"][2]) * ms if spare else 0.0,
-            "enqueue call to the task's code (pickup)": (first["callback"][2] - at) * ms,
-        })
-    return rows
-
-
-def floors(url, rounds=300):
-    r = redis.Redis.from_url(url)
-    ping = []
-    for _ in range(rounds):
-        began = now()
-        r.ping()
-        ping.append((now() - began) / 1e6)
-    protocol = Client(url).protocol
-    script = []
-    for _ in range(rounds):
-        began = now()
-        protocol.take(QUEUE + "-empty", "floor_1", "token", 1)  # an empty queue: script cost
-        script.append((now() - began) / 1e6)
-    forks, first_command = [], []
-    for _ in range(rounds // 3):
-        began = now()
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
-        forks.append((now() - began) / 1e6)
-    for _ in range(rounds // 10):
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read_end)
-            began = now()
-            r.ping()  # the pool was inherited: redis-py opens a new connection in the child
-            os.write(write_end, str(now() - began).encode())
-            os._exit(0)
-        os.close(write_end)
-        first_command.append(int(os.read(read_end, 64)) / 1e6)
-        os.close(read_end)
-        os.waitpid(pid, 0)
-    r.close()
-    return {"Redis round trip (PING)": ping, "engine script call (take, empty queue)": script,
-            "fork + exit + waitpid (this interpreter, engine imported)": forks,
-            "a forked child's first command (new connection)": first_command}
-
-
-def listen_plainly(url):
-    """A listener with nothing wrapped, for the drain's CPU account."""
-    runner.ForkingRunner(Client(url), QUEUE, lambda task: "", concurrency=1).run()
-
-
-def _cpu_and_faults(pid):
-    """A process's user and system CPU seconds and minor page faults (copy-on-write faults
-    among them), then the same for its children it reaped."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    minflt, cminflt = int(fields[7]), int(fields[8])
-    utime, stime, cutime, cstime = (int(value) / tick for value in fields[11:15])
-    return (utime, stime, minflt), (cutime, cstime, cminflt)
-
-
-def _fork_server(pid):
-    """The listener's fork server (fork_server.py), if it has one."""
-    for child_pid in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        if Path(f"/proc/{child_pid}/comm").read_bytes().strip() == NAME:
-            return int(child_pid)
-    return None
-
-
-def account(pid):
-    """The listener's CPU and faults, its fork server's if it has one, and their reaped task
-    processes'."""
-    own, reaped = _cpu_and_faults(pid)
-    rows = {"listener": own, "task processes": reaped}
-    server = _fork_server(pid)
-    if server is not None:
-        rows["fork server"], its_reaped = _cpu_and_faults(server)
-        rows["task processes"] = tuple(map(sum, zip(reaped, its_reaped, strict=True)))
-    return rows
-
-
-def drain_cpu(url, tasks):
-    """Per no-op task while one listener (concurrency 1) drains ``tasks`` queued at once: the
-    user and system CPU milliseconds and the minor page faults of the listener, of its fork
-    server and of its task processes (reaped), Redis's CPU; and the rate. On Linux, a process
-    per task spends most of it in the kernel: a fork copies the page-table entry of each of the
-    forking process's anonymous pages (its heap: mostly the code of the modules it imported),
-    the first write to a page two processes share copies it, an exit tears the page table
-    down."""
-    client = Client(url)
-
-    def redis_cpu():
-        info = client.redis.info("cpu")
-        return info["used_cpu_user"], info["used_cpu_sys"], None
-
-    with child([sys.executable, __file__, "--", url], cwd=str(HERE.parent)) as listener:
-        time.sleep(2)
-        complete = client.keys.complete(QUEUE)
-        done = client.redis.llen(complete) + tasks
-        before, began = {**account(listener.pid), "redis-server": redis_cpu()}, time.monotonic()
-        client.get_queue(QUEUE).enqueue_many([str(n) for n in range(tasks)])
-        while client.redis.llen(complete) < done:
-            time.sleep(0.01)
-        elapsed = time.monotonic() - began
-        time.sleep(0.5)  # the last task process reaped
-        after = {**account(listener.pid), "redis-server": redis_cpu()}
-    spent = {}
-    for who, (user, system, faults) in after.items():
-        user_before, system_before, faults_before = before[who]
-        spent[who] = ((user - user_before) * 1000 / tasks, (system - system_before) * 1000 / tasks,
-                      None if faults is None else (faults - faults_before) / tasks)
-    return {**spent, "rate": tasks / elapsed}
-
-
-def main(argv=None):
+def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", type=int, default=300)
-    parser.add_argument("listen", nargs="*", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if len(args.listen) == 2:
-        listen(*args.listen)
-        return 0
-    if len(args.listen) == 1:
-        listen_plainly(*args.listen)
-        return 0
-    with tempfile.TemporaryDirectory() as workdir, private_redis(workdir) as url:
-        path = os.path.join(workdir, "events")
-        client = Client(url)
-        queue = client.get_queue(QUEUE)
-        argv = [sys.executable, __file__, "--", url, path]
-        with child(argv, cwd=str(HERE.parent)):
-            time.sleep(2)  # the listener is up, idle, its spare forked
-            enqueued, ids = [], []
-            for n in range(args.tasks):
-                enqueued.append(now())
-                ids.append(queue.enqueue(str(n)))
-                time.sleep(0.1)  # ended, the listener back in its wait, the next spare forked
-            done = sum(client.get_task(task_id).status == "complete" for task_id in ids)
-            assert done == len(ids), f"only {done} of {len(ids)} tasks completed"
-            rows = stages(path, enqueued)
-        print(f"{len(rows)} no-op tasks, one at a time (median ms):")
-        for name in rows[0]:
-            print(f"  {statistics.median(row[name] for row in rows):7.3f}  {name}")
-        print("floors (median ms):")
-        for name, samples in floors(url).items():
-            print(f"  {statistics.median(samples):7.3f}  {name}")
-        drain = drain_cpu(url, args.tasks)
-        print(f"CPU per task while one listener drains {args.tasks} queued no-op tasks "
-              f"({drain.pop('rate'):.0f} tasks/s; ms, user + system; minor page faults):")
-        for name, (user, system, faults) in drain.items():
-            faulted = "" if faults is None else f"; {faults:.0f} faults"
-            print(f"  {user + system:7.3f}  {name} ({user:.3f} + {system:.3f}{faulted})")
-        total = sum(user + system for user, system, _ in drain.values())
-        print(f"  {total:7.3f}  in all: on this machine's {os.cpu_count()} cores, at most "
-              f"{os.cpu_count() * 1000 / total:.0f} tasks/s")
+    parser.add_argument("--tasks", type=int, default=40)
+    parser.add_argument("--seconds", type=float, default=1.0, help="each task's own sleep")
+    parser.add_argument("--idle", type=float, nargs=2, default=[0.3, 0.6], metavar=("MIN", "MAX"),
+                        help="seconds the listener is idle before each task")
+    parser.add_argument("--engine", help="another checkout's engine (its directory)")
+    parser.add_argument("--listen", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.listen:
+        url, marks_path, seconds = args.listen
+        return listen(url, marks_path, float(seconds))
+    lines, seconds = harness(args)
+    per_stage, count = stages(lines, seconds)
+    print(f"{count} tasks of {seconds:g} s, one at a time, the listener idle "
+          f"{args.idle[0]:g}-{args.idle[1]:g} s before each; "
+          f"load average {'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'stage':58} {'p50 ms':>8} {'p90 ms':>8} {'faults':>7} {'tasks':>6}")
+    for name, (values, faults) in per_stage.items():
+        if values:
+            cut = sorted(values)[min(len(values) - 1, int(0.9 * len(values)))]
+            fault = f"{statistics.median(faults):7.0f}" if faults else f"{'':7}"
+            print(f"{name:58} {statistics.median(values):8.2f} {cut:8.2f} {fault} "
+                  f"{len(values):6d}")
+        else:
+            print(f"{name:58} {'-':>8} {'-':>8} {'':7} {0:6d}")
     return 0
 
 

@@ -14,15 +14,14 @@ import argparse
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 
 import redis
+from infra import private_redis
 
 QUEUES = 100_000
 STARTED = 1_000_000
@@ -51,7 +50,7 @@ PASS = textwrap.dedent("""
     from django_blueque.core.maintenance import Reaper
     client = Client(sys.argv[2])
     step = {"scheduler": lambda: enqueue_due_tasks(client),
-            "reaper": lambda: Reaper(client, hostname="bench-host").reap()}[sys.argv[3]]
+            "reaper": lambda: Reaper(client.protocol, hostname="bench-host").reap()}[sys.argv[3]]
     client.redis.ping()
     print("ready", flush=True)
     sys.stdin.readline()
@@ -69,7 +68,7 @@ LISTENER = textwrap.dedent("""
     from django_blueque.core import Client, ForkingRunner, enqueue_due_tasks
     from django_blueque.core.maintenance import Reaper
     client = Client(sys.argv[2])
-    reaper = Reaper(client, hostname="bench-host")
+    reaper = Reaper(client.protocol, hostname="bench-host")
 
     def duties():
         enqueue_due_tasks(client)
@@ -80,12 +79,6 @@ LISTENER = textwrap.dedent("""
 
     ForkingRunner(client, "hb", mark, concurrency=1, duties=duties, duties_interval=5.0).run()
 """)
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def redis_cpu(r):
@@ -167,34 +160,19 @@ def main():
     parser.add_argument("--listen", type=float, default=60.0,
                         help="seconds the listener with duties is watched")
     args = parser.parse_args()
-    port = free_port()
-    with tempfile.TemporaryDirectory() as workdir:
-        server = subprocess.Popen(["redis-server", "--port", str(port), "--save", "",
-                                   "--appendonly", "no", "--dir", workdir],
-                                  stdout=subprocess.DEVNULL)
-        try:
-            url = f"redis://127.0.0.1:{port}/0"
-            r = redis.Redis.from_url(url, decode_responses=True)
-            for _ in range(100):
-                try:
-                    r.ping()
-                    break
-                except redis.ConnectionError:
-                    time.sleep(0.1)
-            results = {}
-            fill(r, with_started=False)
-            for which in ("scheduler", "reaper"):
-                runs = [one_pass(args.code, url, r, which) for _ in range(args.repeat)]
-                results[f"{which} pass, {QUEUES:,} queues"] = runs
-            fill(r, with_started=True)
-            runs = [one_pass(args.code, url, r, "reaper") for _ in range(args.repeat)]
-            results[f"reaper pass, {STARTED:,} started members"] = runs
-            fill(r, with_started=False)
-            gap, wait, unpicked = listener_delays(args.code, url, r, args.listen)
-            report(results, gap, wait, unpicked, args)
-        finally:
-            server.terminate()
-            server.wait()
+    with private_redis() as url:
+        r = redis.Redis.from_url(url, decode_responses=True)
+        results = {}
+        fill(r, with_started=False)
+        for which in ("scheduler", "reaper"):
+            runs = [one_pass(args.code, url, r, which) for _ in range(args.repeat)]
+            results[f"{which} pass, {QUEUES:,} queues"] = runs
+        fill(r, with_started=True)
+        runs = [one_pass(args.code, url, r, "reaper") for _ in range(args.repeat)]
+        results[f"reaper pass, {STARTED:,} started members"] = runs
+        fill(r, with_started=False)
+        gap, wait, unpicked = listener_delays(args.code, url, r, args.listen)
+        report(results, gap, wait, unpicked, args)
 
 
 def report(results, gap, wait, unpicked, args):

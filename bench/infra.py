@@ -1,12 +1,8 @@
 """Plumbing for bench/run.py: the private Redis, the peers' virtualenvs, child processes that
 cannot outlive the harness, and the two figures read from outside a listener (commands, RSS)."""
 
-import ctypes
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,37 +12,34 @@ from pathlib import Path
 
 import redis
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent():
-    """preexec_fn: Linux sends the child SIGTERM if the harness dies without cleaning up."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # devtools, at this checkout's root
+from devtools.process_tree import descendants, kill_all  # noqa: E402
+from devtools.servers import die_with_parent, private_redis  # noqa: E402, F401 (re-exported)
 
 
 def stop(proc, grace=5.0):
-    """SIGTERM (the graceful stop of every listener here), then SIGKILL its whole group."""
+    """SIGTERM (the graceful stop of every listener here), then SIGKILL what is left of it and
+    of every process it started, those it forked while it stopped included (its spare): a
+    task process may have a session of its own, and outlives its listener while Redis, which
+    the harness stops next, does not answer its end."""
+    tree = descendants(proc.pid)
     if proc.poll() is None:
         proc.terminate()
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
+        deadline = time.monotonic() + grace
+        while proc.poll() is None and time.monotonic() < deadline:
+            tree.update(descendants(proc.pid))  # children are lost to us once it exits
+            time.sleep(0.05)
+        if proc.poll() is None:
+            tree.update(descendants(proc.pid))
+            proc.kill()
             proc.wait()
-
-
-def _kill_group(pid):
-    """SIGKILL the process group pid leads (a listener and its forks), or pid alone."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        os.kill(pid, signal.SIGKILL)
+    kill_all(tree)
 
 
 @contextmanager
 def child(argv, **popen_kwargs):
     """A subprocess that is stopped when the block exits, by error or Ctrl-C included."""
-    proc = subprocess.Popen(argv, preexec_fn=_die_with_parent, **popen_kwargs)
+    proc = subprocess.Popen(argv, preexec_fn=die_with_parent, **popen_kwargs)
     try:
         yield proc
     finally:
@@ -57,11 +50,11 @@ class DriverError(RuntimeError):
     """A driver role failed; the message is the last line it wrote to stderr."""
 
 
-def run_json(argv, timeout):
+def run_json(argv, timeout, env=None):
     """Run one driver role to the end and return the JSON object on its last stdout line
-    (``argv``'s numbers are passed as their text)."""
+    (``argv``'s numbers are passed as their text; ``env``: its environment, if not ours)."""
     with child([str(arg) for arg in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-               text=True) as proc:
+               text=True, env=env) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -70,40 +63,6 @@ def run_json(argv, timeout):
         lines = err.strip().splitlines()
         raise DriverError(lines[-1] if lines else f"exited with status {proc.returncode}")
     return json.loads(out.strip().splitlines()[-1])
-
-
-def _free_port():
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port != 6379:  # never the default port, where someone's real Redis may live
-            return port
-
-
-@contextmanager
-def private_redis(workdir):
-    """A throwaway redis-server on a free loopback port, no persistence; yields its URL."""
-    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-    port = _free_port()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-            "no", "--dir", str(workdir), "--daemonize", "no", "--loglevel", "warning"]
-    # Its own session, so Ctrl-C reaches the harness but not Redis, which must outlive the
-    # listeners being stopped.
-    with child(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-               start_new_session=True) as proc:
-        client = redis.Redis(port=port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {port} did not start") from None
-                time.sleep(0.02)
-        client.close()
-        yield f"redis://127.0.0.1:{port}/0"
 
 
 def ensure_venv(directory, requirement):
@@ -125,35 +84,27 @@ def ensure_venv(directory, requirement):
     return python
 
 
-def command_rates(url, seconds):
-    """Commands per second Redis executed during `seconds` (by command), and the connections.
+class CommandCount:
+    """Commands Redis executes from now until ``rates()`` (by command), and the connections
+    then. Use it only while the listener under test is that Redis's sole other client."""
 
-    Call it only while the listener under test is the sole other client. Our own first INFO is
-    counted by the second one, so one `info` call is taken off.
-    """
-    client = redis.Redis.from_url(url)
-    before = client.info("commandstats")
-    start = time.monotonic()
-    time.sleep(seconds)
-    after = client.info("commandstats")
-    elapsed = time.monotonic() - start
-    connections = client.info("clients")["connected_clients"] - 1
-    client.close()
-    calls = {key.removeprefix("cmdstat_"): stat["calls"] - before.get(key, {}).get("calls", 0)
-             for key, stat in after.items()}
-    calls["info"] -= 1
-    return {cmd: n / elapsed for cmd, n in calls.items() if n}, connections
+    def __init__(self, url):
+        self.url = url
+        with redis.Redis.from_url(url) as client:
+            self.before = client.info("commandstats")
+        self.start = time.monotonic()
 
-
-def _children_by_parent():
-    children = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    return children
+    def rates(self):
+        """Commands per second since the start, and the connections; our own first INFO is
+        counted by the second one, so one ``info`` call is taken off."""
+        with redis.Redis.from_url(self.url) as client:
+            after = client.info("commandstats")
+            elapsed = time.monotonic() - self.start
+            connections = client.info("clients")["connected_clients"] - 1
+        calls = {key.removeprefix("cmdstat_"): stat["calls"]
+                 - self.before.get(key, {}).get("calls", 0) for key, stat in after.items()}
+        calls["info"] -= 1
+        return {cmd: n / elapsed for cmd, n in calls.items() if n}, connections
 
 
 def _pss_kb(pid):
@@ -171,11 +122,5 @@ def _pss_kb(pid):
 
 def tree_pss_kb(pid):
     """PSS of a process plus its descendants (an engine may keep helpers), and how many."""
-    children = _children_by_parent()
-    todo, total, count = [pid], 0, 0
-    while todo:
-        current = todo.pop()
-        total += _pss_kb(current)
-        count += 1
-        todo.extend(children.get(current, []))
-    return total, count
+    tree = [pid, *descendants(pid)]
+    return sum(map(_pss_kb, tree)), len(tree)

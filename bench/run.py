@@ -1,31 +1,35 @@
 """Benchmark our engine against blueque 1.0.1, RQ and huey, in one run against one private Redis.
 
-    python bench/run.py [--quick] [--only NAME] [--json out.json]
+    python bench/run.py [--quick] [--only NAME] [--engine REVISION_OR_CHECKOUT] [--json out.json]
 
 Every system is driven by its own module in bench/drivers/, run as a subprocess of the system's
 own interpreter (the peers live in throwaway virtualenvs under bench/.venvs), so the figures
-come from the same Redis, the same machine and the same minutes. bench/README.md says what
-each figure means.
+come from the same Redis, the same machine and the same minutes: the latency figures and the
+drains are measured in rounds, each round visiting every system in turn. ``--engine`` adds
+another revision's engine, run by this checkout's harness. bench/README.md says what each
+figure means.
 """
 
 import argparse
 import contextlib
 import json
+import os
 import platform
 import signal
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import redis
 import redis.utils
+from ab import engine_tree
 from infra import (
+    CommandCount,
     DriverError,
     child,
-    command_rates,
     ensure_venv,
     private_redis,
     run_json,
@@ -42,6 +46,7 @@ class System:
     driver: str
     requirement: str | None  # what its virtualenv holds; None runs it with this interpreter
     concurrent: bool  # one listener runs several tasks at once; else one listener per task slot
+    engine: Path | None = None  # ours.py only: another checkout's engine (BENCH_ENGINE)
 
 
 SYSTEMS = [
@@ -50,28 +55,28 @@ SYSTEMS = [
     System("rq", "rq", "rq_driver.py", "rq", False),
     System("huey", "huey (threads)", "huey_driver.py", "huey[redis]", True),
     System("floor", "floor (bare fork)", "floor.py", None, True),
-    System("floor_ahead", "floor (forked ahead)", "floor_ahead.py", None, True),
 ]
 
 
 @dataclass(frozen=True)
 class Profile:
     enqueue_n: int  # tasks per enqueue round
-    rounds: int  # enqueue rounds, the median is reported
+    rounds: int  # enqueue rounds and measuring rounds (each visits every system)
     batch: int  # tasks per batched enqueue call
-    samples: int  # pickup latency samples
-    throughput_n: int  # no-op tasks per drain (rounds drains, the median is reported)
+    samples: int  # pickup latency samples, over all rounds
+    long_samples: int  # tasks of 1 s, over all rounds
+    throughput_n: int  # no-op tasks per drain (one drain a round, the median is reported)
     idle_s: float  # window over which the idle listener's commands are counted
-    settle_s: float  # pause after the warm-up task, before the idle window
+    settle_s: float  # pause after the warm-up task, before the idle window and the PSS
 
 
 PROFILES = {
     # idle_s: two of our idle listener's minute-long heartbeat and peek periods, so that the
     # window holds what an hour would, per second
-    "full": Profile(enqueue_n=5000, rounds=3, batch=1000, samples=50, throughput_n=200,
-                    idle_s=120, settle_s=2),
-    "quick": Profile(enqueue_n=1000, rounds=3, batch=1000, samples=6, throughput_n=50,
-                     idle_s=4, settle_s=1),
+    "full": Profile(enqueue_n=5000, rounds=3, batch=1000, samples=60, long_samples=21,
+                    throughput_n=200, idle_s=120, settle_s=2),
+    "quick": Profile(enqueue_n=1000, rounds=3, batch=1000, samples=6, long_samples=3,
+                     throughput_n=50, idle_s=4, settle_s=1),
 }
 CONCURRENT_DRAIN_TIMES = 5
 """With several tasks at a time, each drain holds this many times ``throughput_n`` tasks: a
@@ -84,6 +89,9 @@ ROWS = [
     ("enqueue_batched", "enqueue, batched", "tasks/s", True, "{:.0f}"),
     ("pickup_p50_ms", "pickup latency p50", "ms", False, "{:.1f}"),
     ("pickup_p99_ms", "pickup latency p99", "ms", False, "{:.1f}"),
+    ("long_p50_ms", "overhead on a task of 1 s, p50", "ms", False, "{:.1f}"),
+    ("long_p90_ms", "overhead on a task of 1 s, p90", "ms", False, "{:.1f}"),
+    ("long_end_p50_ms", "  of which after its second, p50", "ms", False, "{:.1f}"),
     ("fork_tasks_per_s", "no-op tasks, drained", "tasks/s", True, "{:.0f}"),
     ("fork_ms_per_task", "per-task overhead (median)", "ms", False, "{:.2f}"),
     ("idle_cmds_per_s", "idle listener Redis commands", "cmds/s", False, "{:.2f}"),
@@ -101,74 +109,187 @@ def _last_line(path):
     return lines[-1] if lines else "(it wrote nothing)"
 
 
-def listener_commands(system, driver, url, concurrency):
-    """The command lines that run ``concurrency`` tasks at once: one listener for a system that
-    can, else as many listeners (blueque 1.0 and RQ run one task per listener process)."""
-    if system.concurrent:
-        return [[*driver, "listen", url, "--concurrency", str(concurrency)]]
-    return [[*driver, "listen", url]] * concurrency
+class Harness:
+    """How to run each system's driver roles and listeners, and where they log."""
+
+    def __init__(self, pythons, workdir, concurrency):
+        self.pythons = pythons
+        self.workdir = workdir
+        self.concurrency = concurrency
+
+    def driver(self, system):
+        return [str(self.pythons[system.name]), str(HERE / "drivers" / system.driver)]
+
+    def env(self, system):
+        if system.engine is None:
+            return None
+        return {**os.environ, "BENCH_ENGINE": str(system.engine)}
+
+    def role(self, system, url, name, *args, timeout):
+        return run_json([*self.driver(system), name, url, *args], timeout, self.env(system))
+
+    def listener_commands(self, system, url):
+        """The command lines that run ``concurrency`` tasks at once: one listener for a system
+        that can, else as many listeners (blueque 1.0 and RQ run one task per listener)."""
+        driver = self.driver(system)
+        if system.concurrent:
+            return [[*driver, "listen", url, "--concurrency", str(self.concurrency)]]
+        return [[*driver, "listen", url]] * self.concurrency
+
+    @contextlib.contextmanager
+    def listening(self, system, url):
+        """The system's listeners, up and through one task; stopped when the block exits."""
+        listener_log = self.workdir / f"{system.name}-listener.log"
+        with open(listener_log, "a") as log_file, contextlib.ExitStack() as stack:
+            listeners = [stack.enter_context(child(argv, stdout=log_file, stderr=log_file,
+                                                   start_new_session=True, env=self.env(system)))
+                         for argv in self.listener_commands(system, url)]
+            try:
+                # One task first: the listener is up and through its first fork.
+                self.role(system, url, "latency", "--samples", 1, "--min-pause", 0,
+                          "--jitter", 0, "--timeout", 30, timeout=60)
+                yield listeners
+            except DriverError as error:
+                if any(listener.poll() is not None for listener in listeners):
+                    raise DriverError(f"{error}; the listener exited: "
+                                      f"{_last_line(listener_log)}") from None
+                raise
 
 
-def measure(system, python, url, profile, workdir, concurrency):
-    """All figures for one system; the listeners run only for the part that needs them."""
-    driver = [str(python), str(HERE / "drivers" / system.driver)]
-
-    def role(name, *args, timeout):
-        return run_json([*driver, name, url, *args], timeout)
-
-    started = time.monotonic()
-    info = role("info", timeout=60)
-    log(f"[{system.name}] {info['version']}: enqueue rate")
+def measure_enqueue(harness, system, url, profile):
     with redis.Redis.from_url(url) as admin:
         admin.flushall()
-        enqueue = role("enqueue", "-n", profile.enqueue_n, "--rounds", profile.rounds,
-                       "--batch", profile.batch, timeout=600)
+        enqueue = harness.role(system, url, "enqueue", "-n", profile.enqueue_n, "--rounds",
+                               profile.rounds, "--batch", profile.batch, timeout=600)
         admin.flushall()
-    listener_log = workdir / f"{system.name}-listener.log"
-    with open(listener_log, "w") as log_file, contextlib.ExitStack() as stack:
-        listeners = [stack.enter_context(child(argv, stdout=log_file, stderr=log_file,
-                                               start_new_session=True))
-                     for argv in listener_commands(system, driver, url, concurrency)]
-        try:
-            # One task first: the listener is up and through its first fork before measuring.
-            role("latency", "--samples", 1, "--min-pause", 0, "--jitter", 0, "--timeout", 30,
-                 timeout=60)
-            time.sleep(profile.settle_s)
-            log(f"[{system.name}] idle listener for {profile.idle_s:g} s")
-            commands, connections = command_rates(url, profile.idle_s)
-            trees = [tree_pss_kb(listener.pid) for listener in listeners]
-            memory_kb, processes = sum(t[0] for t in trees), sum(t[1] for t in trees)
-            log(f"[{system.name}] pickup latency, {profile.samples} samples")
-            latency = role("latency", "--samples", profile.samples,
-                           timeout=profile.samples * 12 + 30)
-            drained = profile.throughput_n * (1 if concurrency == 1 else CONCURRENT_DRAIN_TIMES)
-            log(f"[{system.name}] {drained} no-op tasks through the listener")
-            throughput = role("throughput", "-n", drained, "--batch", profile.batch,
-                              "--rounds", profile.rounds, "--timeout", 300,
-                              "--listeners", len(listeners), timeout=330 * profile.rounds)
-        except DriverError as error:
-            if any(listener.poll() is not None for listener in listeners):
-                last = _last_line(listener_log)
-                raise DriverError(f"{error}; the listener exited: {last}") from None
-            raise
+    return enqueue
 
-    latencies_ms = [s * 1000 for s in latency["latencies"]]
+
+def measure_idle(harness, systems, profile):
+    """Commands/s and connections of every system's idle listener, all in the same window,
+    each on a private Redis of its own (Redis counts commands per server)."""
+    idle = {}
+    with contextlib.ExitStack() as stack:
+        counted = {}
+        for system in systems:
+            try:
+                url = stack.enter_context(private_redis(harness.workdir))
+                stack.enter_context(harness.listening(system, url))
+                counted[system.name] = url
+            except DriverError as error:
+                idle[system.name] = error
+        time.sleep(profile.settle_s)
+        log(f"idle listeners for {profile.idle_s:g} s: {', '.join(counted)}")
+        counts = {name: CommandCount(url) for name, url in counted.items()}
+        time.sleep(profile.idle_s)
+        for name, count in counts.items():
+            idle[name] = count.rates()
+    return idle
+
+
+def measure_round(harness, system, url, profile, rounds_left, got):
+    """One round of one system: a fresh listener, its PSS once idle, its share of the pickup
+    and 1-s task samples, one drain; appended to ``got``."""
+    with redis.Redis.from_url(url) as admin:
+        admin.flushall()
+    samples = -(-(profile.samples - len(got["pickup"])) // rounds_left)
+    long_samples = -(-(profile.long_samples - len(got["long"])) // rounds_left)
+    with harness.listening(system, url) as listeners:
+        time.sleep(profile.settle_s)
+        trees = [tree_pss_kb(listener.pid) for listener in listeners]
+        got["pss_kb"].append(sum(t[0] for t in trees))
+        got["processes"].append(sum(t[1] for t in trees))
+        if samples:
+            got["pickup"] += harness.role(system, url, "latency", "--samples", samples,
+                                          timeout=samples * 12 + 30)["latencies"]
+        if long_samples:
+            long = harness.role(system, url, "long", "--samples", long_samples, "--timeout", 30,
+                                timeout=long_samples * 45 + 30)
+            got["long"] += [total - long["seconds"] for total in long["totals"]]
+            got["long_end"] += [total - pickup - long["seconds"]
+                                for total, pickup in zip(long["totals"], long["pickups"],
+                                                         strict=True)]
+        drained = profile.throughput_n * (1 if harness.concurrency == 1
+                                          else CONCURRENT_DRAIN_TIMES)
+        got["drains"] += harness.role(system, url, "throughput", "-n", drained, "--batch",
+                                      profile.batch, "--rounds", 1, "--timeout", 300,
+                                      "--listeners", len(listeners), timeout=330)["drains"]
+
+
+def figures_of(enqueue, idle, got):
+    ms = [s * 1000 for s in got["pickup"]]
+    long_ms = [s * 1000 for s in got["long"]]
+    commands, connections = idle
+    drains = got["drains"]
     figures = {
         "enqueue_single": statistics.median(enqueue["single"]),
         "enqueue_batched": statistics.median(enqueue["batched"]) if enqueue["batched"] else None,
-        "pickup_p50_ms": statistics.median(latencies_ms),
-        "pickup_p99_ms": _percentile(latencies_ms, 99),
-        "fork_tasks_per_s": throughput["tasks_per_s"],
-        "fork_ms_per_task": 1000 * throughput["median_gap"],
+        "pickup_p50_ms": statistics.median(ms),
+        "pickup_p99_ms": _percentile(ms, 99),
+        "long_p50_ms": statistics.median(long_ms),
+        "long_p90_ms": _percentile(long_ms, 90),
+        "long_end_p50_ms": 1000 * statistics.median(got["long_end"]),
+        "fork_tasks_per_s": statistics.median(d["tasks_per_s"] for d in drains),
+        "fork_ms_per_task": 1000 * statistics.median(d["median_gap"] for d in drains),
         "idle_cmds_per_s": sum(commands.values()),
         "idle_connections": connections,
-        "listener_memory_mib": memory_kb / 1024,
+        "listener_memory_mib": statistics.median(got["pss_kb"]) / 1024,
     }
-    raw = {"enqueue": enqueue, "pickup_ms": latencies_ms, "throughput": throughput,
-           "idle_commands_per_s": commands, "listener_processes": processes}
-    return {"version": info["version"], "redis_py": info["redis_py"],
-            "hiredis": info["hiredis"], "seconds": time.monotonic() - started,
-            "figures": figures, "raw": raw}
+    raw = {"enqueue": enqueue, "pickup_ms": ms, "long_overhead_ms": long_ms,
+           "long_after_second_ms": [s * 1000 for s in got["long_end"]],
+           "throughput": {"drains": drains}, "idle_commands_per_s": commands,
+           "pss_kb": got["pss_kb"], "listener_processes": max(got["processes"])}
+    return figures, raw
+
+
+def measure(harness, systems, url, profile):
+    """Every system's figures: the enqueue rates one system after the other, the idle
+    listeners all at once, then ``profile.rounds`` rounds of the latency samples and a drain,
+    each round visiting every system in turn (in an order that turns from one round to the
+    next), so that a slow minute of the machine falls on all of them."""
+    results, enqueue, got = {}, {}, {}
+    for system in systems:
+        try:
+            info = harness.role(system, url, "info", timeout=60)
+            log(f"[{system.name}] {info['version']}: enqueue rate")
+            enqueue[system.name] = measure_enqueue(harness, system, url, profile)
+            results[system.name] = {key: info.get(key) for key in ("version", "redis_py",
+                                                                    "hiredis", "source")}
+        except DriverError as error:
+            log(f"[{system.name}] failed: {error}")
+            results[system.name] = {"error": str(error)}
+    live = [system for system in systems if "error" not in results[system.name]]
+    idle = measure_idle(harness, live, profile)
+    for system in live:
+        if isinstance(idle[system.name], DriverError):
+            results[system.name] = {"error": str(idle[system.name])}
+    live = [system for system in live if "error" not in results[system.name]]
+    got = {system.name: {"pickup": [], "long": [], "long_end": [], "drains": [], "pss_kb": [],
+                         "processes": []} for system in live}
+    for turn in range(profile.rounds):
+        shift = turn % len(live) if live else 0
+        for system in live[shift:] + live[:shift]:
+            if "error" in results[system.name]:
+                continue
+            log(f"[{system.name}] round {turn + 1} of {profile.rounds}")
+            try:
+                measure_round(harness, system, url, profile, profile.rounds - turn,
+                              got[system.name])
+            except DriverError as error:
+                log(f"[{system.name}] failed: {error}")
+                results[system.name] = {"error": str(error)}
+    for system in live:
+        if "error" not in results[system.name]:
+            figures, raw = figures_of(enqueue[system.name], idle[system.name], got[system.name])
+            results[system.name].update(figures=figures, raw=raw)
+    return results
+
+
+def engines(specs, workdir):
+    """The Systems of ``--engine`` values (ab.engine_tree): ours, another engine."""
+    return [replace(SYSTEMS[0], name=f"ours@{label}", label=f"ours@{label}", engine=tree)
+            for label, tree in (engine_tree(spec, workdir / f"engine-{i}")
+                                for i, spec in enumerate(specs or []))]
 
 
 def _percentile(values, pct):
@@ -189,7 +310,7 @@ def _cell(value, fmt):
 
 def table(results):
     """The comparison as text: one column per system, then ours/peer for each peer."""
-    labels = {s.name: s.label for s in SYSTEMS}
+    labels = {name: result.get("label", name) for name, result in results.items()}
     names = [n for n in results if "figures" in results[n]]
     peers = [n for n in names if n != "ours"] if "ours" in names else []
     out = []
@@ -224,6 +345,10 @@ def main():
     parser.add_argument("--concurrency", type=int, default=1,
                         help="tasks run at once: ours and huey in one listener, blueque 1.0 "
                              "and RQ in as many listener processes")
+    parser.add_argument("--engine", action="append", metavar="REVISION_OR_CHECKOUT",
+                        help="also measure another engine beside this checkout's, by this "
+                             "checkout's harness: a git revision or a checkout's directory "
+                             "(repeatable)")
     parser.add_argument("--json", type=Path, help="also write every figure and sample here")
     parser.add_argument("--venvs", type=Path, default=HERE / ".venvs",
                         help="where the peers' virtualenvs are built and reused")
@@ -248,29 +373,32 @@ def main():
         else:
             pythons[system.name] = Path(sys.executable)
 
-    started = time.monotonic()
-    results = {}
+    started, load_before = time.monotonic(), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="blueque-bench-") as tmp, \
             private_redis(Path(tmp)) as url:
+        added = engines(args.engine, Path(tmp))
+        pythons.update((system.name, Path(sys.executable)) for system in added)
+        at = 1 if systems and systems[0].name == "ours" else 0
+        systems = systems[:at] + added + systems[at:]
         with redis.Redis.from_url(url) as client:
             server = client.info("server")["redis_version"]
+        results = measure(Harness(pythons, Path(tmp), args.concurrency), systems, url, profile)
         for system in systems:
-            try:
-                results[system.name] = measure(system, pythons[system.name], url, profile,
-                                               Path(tmp), args.concurrency)
-            except DriverError as error:
-                log(f"[{system.name}] failed: {error}")
-                results[system.name] = {"error": str(error)}
+            results[system.name]["label"] = system.label
     elapsed = time.monotonic() - started
+    load = os.getloadavg()
 
     print(f"redis {server}, python {platform.python_version()}, "
           f"{'quick' if args.quick else 'full'} run in {elapsed:.0f} s, "
-          f"{args.concurrency} task(s) at a time{', hiredis' if args.hiredis else ''}")
+          f"{args.concurrency} task(s) at a time{', hiredis' if args.hiredis else ''}, "
+          f"load average (1, 5, 15 min) before {'/'.join(f'{x:.2f}' for x in load_before)}, "
+          f"after {'/'.join(f'{x:.2f}' for x in load)}")
     print(table(results))
     if args.json:
         report = {"profile": asdict(profile), "quick": args.quick, "hiredis": args.hiredis,
                   "concurrency": args.concurrency, "redis_version": server,
-                  "python": platform.python_version(), "seconds": elapsed, "systems": results}
+                  "python": platform.python_version(), "seconds": elapsed,
+                  "load_average": {"before": load_before, "after": load}, "systems": results}
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 

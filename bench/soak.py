@@ -3,11 +3,13 @@
 Starts a private redis-server with AOF (``appendfsync always``; with ``--sentinel`` a primary,
 a replica and three Sentinels), three ``manage.py bq_listen --concurrency 2`` (one of them on a
 clock shifted by 20 s), one ``bq_schedule`` and one ``bq_reap``, pushes tasks of every kind
-(short, sleeping, failing-then-retried, failing for good, with an eta) and injects faults at
+(short, sleeping, failing-then-retried, failing for good, with an eta, on a queue with
+MAX_RUNNING, with a concurrency key, checkpointing) and injects faults at
 seeded random times. Then it waits for the queues to drain and judges the run from the side
 channel the tasks write (bench/soak/ledger.py). Exit status 0 only if nothing was lost, stuck,
-run to its end twice or cut short, no process exited unbidden, and every task taken from a
-process was started again within --max-recovery seconds (Redis's own outages not counted).
+run to its end twice or cut short, no queue or concurrency key ran more tasks at once than its
+limit, no process exited unbidden, and every task taken from a process was started again
+within --max-recovery seconds (Redis's own outages not counted).
 
     python bench/soak.py --short                  # under 3 minutes, every fault kind once
     python bench/soak.py --duration 900 --tasks 8000 --seed 42
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
+sys.path.append(str(BENCH.parent))  # devtools/ (last: the engine comes from --checkout)
 
 
 def parse_args(argv=None):
@@ -88,6 +91,8 @@ class Soak:
     def __init__(self, args, workdir):
         from soak.servers import RedisSetup
 
+        from devtools.proxy import HoldingProxy
+
         self.args = args
         self.workdir = workdir
         self.load_rng = random.Random(f"{args.seed}-load")
@@ -104,6 +109,9 @@ class Soak:
         self.stopping = threading.Event()
         self.t0 = time.time()
         self.redis = RedisSetup(workdir, sentinel=args.sentinel)
+        # listener-0 and its task processes reach a single Redis through a proxy that can hold
+        # their traffic (the task_partition fault)
+        self.proxy = None if args.sentinel else HoldingProxy(self.redis.servers[0].port)
         self.env = {**os.environ, **self.redis.env(), "SOAK_EVENTS": str(self.events_path),
                     "SOAK_DB": str(workdir / "db.sqlite3"),
                     "DJANGO_SETTINGS_MODULE": "soak.settings", "PYTHONUNBUFFERED": "1",
@@ -138,6 +146,8 @@ class Soak:
                 env["PYTHONPATH"] = os.pathsep.join([str(BENCH / "soak" / "skew"),
                                                      env["PYTHONPATH"]])
                 env["SOAK_CLOCK_SKEW"] = str(skew)
+            if i == 0 and self.proxy:
+                env["SOAK_REDIS_URL"] = self.proxy.url
             self.listeners.append(Supervised(
                 f"listener-{i}", manage_argv(checkout, "bq_listen", *QUEUES, "--concurrency",
                                              "2", "--noreload"), env, logs,
@@ -180,8 +190,9 @@ class Soak:
                              f"{', '.join(faults.kinds())}")
         self.fault_rng.shuffle(kinds)
         takes = {"listener_stop": LEASE + 6, "redis_stop": LEASE + 6, "redis_oom": 7,
-                 "redis_kill": 4, "failover": 20, "task_kill": 2, "spare_kill": 2,
-                 "node_kill": 2, "skewed_node_kill": 2}
+                 "redis_kill": 4, "failover": 20, "task_kill": 2, "task_stop": 20,
+                 "idle_listener_stop": 20, "node_kill": 2, "skewed_node_kill": 2,
+                 "task_partition": LEASE + 6}
         span = self.args.duration * 0.9
         if not self.args.short:
             pool = list(kinds)
@@ -212,7 +223,7 @@ class Soak:
             self.note(f"fault {kind} (from t+{began - self.t0:.1f}s): {done}")
 
     def run(self):
-        from soak.load import Pusher, plan
+        from soak.load import Pusher, plan, size
 
         from django_blueque import registry
 
@@ -227,15 +238,16 @@ class Soak:
         self.inject(faults, schedule)
         while time.time() - self.t0 < self.args.duration:
             time.sleep(0.2)
-        pusher.done.wait(60)
+        pusher.planned_done.wait(60)
         pusher.stopping.set()
+        pusher.done.wait(60)
         self.note(f"faults done; {len(pusher.tasks)} tasks pushed ({pusher.errors} write(s) "
                   "retried); draining")
         if self.args.sabotage:
             self.sabotage(pusher.tasks)
         drained = self.drain(pusher.tasks)
         self.note("drained" if drained else f"not drained after {self.args.drain:.0f} s")
-        return pusher.tasks, len(items)
+        return pusher.tasks, sum(map(size, items)) + pusher.extra
 
     def sabotage(self, tasks):
         """Break three finished tasks behind the engine's back; the judge must see each."""
@@ -293,6 +305,24 @@ class Soak:
         return ListenerRecord(ids=ids, exits=exits, signalled=dict(self.signalled),
                               stops=list(self.stops))
 
+    def limits(self):
+        """{kind: its queue's MAX_RUNNING and MAX_RUNNING_PER_KEY} of the kinds that have one,
+        as the listeners read them from the soak's settings."""
+        from soak.load import KINDS
+
+        from django_blueque.conf import get_settings
+
+        admission = {kind: get_settings().admission(queue) for kind, (queue, _) in KINDS.items()}
+        return {kind: limits for kind, limits in admission.items()
+                if limits["max_running"] or limits["max_running_per_key"]}
+
+    def skews(self):
+        """{listener id: seconds its clock is shifted} (the ledger makes their times real)."""
+        from soak.ledger import read_listener_ids
+
+        return {listener_id: listener.skew for listener in self.listeners
+                for listener_id in read_listener_ids(listener.log_path)}
+
     def stop(self):
         """Stop every process this run started, SIGCONT first (a fault may have stopped it),
         and any task process still running (found through the side channel)."""
@@ -308,6 +338,8 @@ class Soak:
                 continue
             if f"SOAK_EVENTS={self.events_path}".encode() in environ:
                 os.kill(pid, signal.SIGKILL)
+        if self.proxy:
+            self.proxy.close()
         self.redis.close()
 
 
@@ -328,7 +360,10 @@ def main(argv=None):
 
         final, stray = soak.final_states(tasks)
         observed = Observed(tasks=tasks, final=final, killed=soak.killed,
-                            displaced=soak.displaced, outages=soak.outages, stray=stray)
+                            displaced=soak.displaced, outages=soak.outages, stray=stray,
+                            edges=soak.pusher.edges, limits=soak.limits(),
+                            concurrency_keys=soak.pusher.concurrency_keys,
+                            skews=soak.skews())
         verdict = judge(observed, read_events(soak.events_path))
         record = soak.listener_record()
         released = live_releases(read_releases(soak.supervised[-1].log_path), record,

@@ -1,33 +1,23 @@
 """The one test command: ``python3 runtests.py``.
 
 It installs what the tests need and runs the whole suite once per supported (Python, Django)
-pair, each in its own virtualenv at the repository root:
-
-* ``.venv-test-py311-djXY``: the newest Python 3.11 found, with the newest Django 5.2 LTS;
-* ``.venv-test-py31N-djXY``: the newest Python 3.13 (else 3.12) found, with the newest Django
-  6.x its pip can install (asked with ``pip index versions django``).
-
-Interpreters are looked for in pyenv (``$PYENV_ROOT`` or ``~/.pyenv/versions/``), then as
-``python3.N`` on PATH, then this interpreter. A missing one is reported loudly and the other
-environment still runs.
-
-System packages, installed with apt-get when missing and this is root on Debian (else it says
-what to install): ``python3.N-venv`` for a Python that lacks ensurepip (Debian's python3 alone
-cannot make virtualenvs), ``redis-server`` (the tests' fixtures start private servers from it;
-nothing else is started here), ``gettext`` (a test checks that the translation catalogs cover
-every marked string) and ``chromium`` (the browser tests drive it with Playwright; no
-browser is downloaded).
+pair, each in its own virtualenv at the repository root (which pairs, and what is installed:
+testing_envs.py).
 
 Order: install every environment, run ``ruff check .`` and ``mypy`` (configured in pyproject.toml:
-strict on the public API) in the first one (each fails fast), then pytest in each environment.
-To keep the whole run well under half an hour on two cores, the browser tests run only in
-the newest-Django environment (the admin's templates are what changes between Django versions)
-and the blueque 1.0 interop tests only in the Python 3.11 one (blueque 1.0's users are on the
+strict on the public API) in the first one (each fails fast), then pytest in every environment
+at the same time, each with ``--workers`` pytest-xdist workers (default: four in all, two per
+environment, four for one alone: the tests mostly wait on timers, so four workers pay even on
+two cores, while more starve the timing-bound tests of CPU; each worker starts its own private
+Redis servers, and the tests marked ``xdist_group`` share one worker, one after another).
+Both environments run everything that depends on Django's version. What does not is run in one
+environment only: the browser tests in the newest-Django one (the admin's templates are what
+changes between Django versions), as is the documentation (the ``docs`` extra: Sphinx, installed
+there only); the blueque 1.0 interop tests in the Python 3.11 one (blueque 1.0's users are on the
 older Pythons, and the interop venv is built with that interpreter), as are the minutes-long
-fault scenarios (``soak``: the short soak and the Sentinel failovers; the engine under them does
-not depend on Django's version); with a single environment everything runs there. The
-documentation (the ``docs`` extra: Sphinx) is installed and built (the ``docs`` tests) in the
-last environment only, the one that runs the browser tests.
+fault scenarios (``soak``: the short soak and the Sentinel failovers) and the slow tests marked
+``django_agnostic`` (benchmarks' smoke tests, the cluster, packaging, the demo). With a single
+environment everything runs there.
 ``BLUEQUE_URL`` is removed from the tests' environment so that no test can reach a Redis it
 did not start; ``BLUEQUE_TEST_REDIS_URL`` is the explicit way to give one (its database is
 flushed).
@@ -36,304 +26,33 @@ Exit status: 0 only if every environment's pytest exited 0 (pytest's 5, "no test
 failure). JUnit XML reports go to ``test-artifacts/``.
 
 Developer options: ``--fast`` (one environment, no ``slow`` or ``browser`` tests),
+``--workers N`` (pytest-xdist workers per environment; 0 for none),
 ``--env KEY`` (only the environments whose key contains KEY, e.g. ``py313``),
 ``--no-install`` (use the virtualenvs as they are), and pytest arguments after ``--``
 (``python3 runtests.py --fast -- tests/core -x``; a ``-m`` there replaces the split above).
 """
 
 import argparse
-import glob
-import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from devtools.testing_envs import REPO, Failure, ensure_system_packages, find_envs, loud, say
+
 ARTIFACTS = REPO / "test-artifacts"
 PER_TEST_TIMEOUT = 600  # seconds, pytest-timeout: a hung test fails instead of hanging CI
+WORKERS = 4  # pytest-xdist workers in all, shared by the environments that run at once
+AGNOSTIC_MARK = "django_agnostic"
 BROWSER_MARK = "browser"
 DOCS_MARK = "docs"
 INTEROP_MARK = "interop"
 SLOW_MARK = "slow"
 SOAK_MARK = "soak"
 
-
-def say(message=""):
-    print(f"[runtests] {message}" if message else "", flush=True)
-
-
-def loud(message):
-    bar = "!" * 78
-    print(f"\n{bar}\n[runtests] {message}\n{bar}\n", flush=True)
-
-
-class Failure(Exception):
-    """A setup step that failed: printed, exit status 2."""
-
-
-# --- interpreters and Django versions -------------------------------------------------------
-
-def version_key(text):
-    return tuple(int(part) for part in text.split("."))
-
-
-def interpreter_version(python):
-    """(major, minor) of a Python that can make virtualenvs, or None."""
-    try:
-        done = subprocess.run(
-            [str(python), "-c", "import sys, venv, ensurepip; print(*sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    return tuple(int(x) for x in done.stdout.split())
-
-
-def lacks_venv(python, minor):
-    """True when ``python`` is a Python 3.<minor> without venv/ensurepip (Debian splits them
-    into python3.<minor>-venv): it is there, and unusable until that package is installed."""
-    try:
-        done = subprocess.run([str(python), "-c", "import sys; print(*sys.version_info[:2])"],
-                              capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.stdout.split() == ["3", str(minor)] and interpreter_version(python) is None
-
-
-def install_venv(python, minor):
-    """Install python3.<minor>-venv when root on Debian; else a Failure saying exactly that."""
-    package = f"python3.{minor}-venv"
-    if not Apt.possible():
-        raise Failure(f"{python} is Python 3.{minor} but cannot make virtualenvs (its "
-                      f"ensurepip is missing). Install it (Debian/Ubuntu, as root: apt-get "
-                      f"install {package}) and run again.")
-    Apt.install(package)
-
-
-def find_python(minor):
-    """The newest usable Python 3.<minor>: pyenv's, then python3.<minor> on PATH, then this.
-    One that lacks only venv/ensurepip gets it installed (or a Failure says what to do)."""
-    candidates = []
-    roots = [os.environ.get("PYENV_ROOT"), str(Path.home() / ".pyenv")]
-    for root in dict.fromkeys(r for r in roots if r):
-        found = []
-        for path in glob.glob(os.path.join(root, "versions", f"3.{minor}.*", "bin", "python3")):
-            release = Path(path).parent.parent.name
-            if re.fullmatch(rf"3\.{minor}\.\d+", release):
-                found.append((version_key(release), path))
-        candidates += [path for _, path in sorted(found, reverse=True)]
-    for name in (f"python3.{minor}",):
-        path = shutil.which(name)
-        if path:
-            candidates.append(path)
-    if sys.version_info[:2] == (3, minor):
-        candidates.append(sys.executable)
-    for path in candidates:
-        if interpreter_version(path) == (3, minor):
-            return Path(path)
-    for path in candidates:
-        if lacks_venv(path, minor):
-            install_venv(path, minor)
-            if interpreter_version(path) == (3, minor):
-                return Path(path)
-    return None
-
-
-def pick_django(python, major, minor=None):
-    """(requirement, short name) of the newest Django <major>[.<minor>].x that ``python``'s
-    pip can install, asked with ``pip index versions``; a version range if the index cannot
-    be asked."""
-    wanted = f"{major}.{minor}" if minor is not None else f"{major}"
-    try:
-        done = subprocess.run([str(python), "-m", "pip", "index", "versions", "django"],
-                              capture_output=True, text=True, timeout=180)
-        listed = re.search(r"Available versions: (.*)", done.stdout)
-    except (OSError, subprocess.TimeoutExpired):
-        listed = None
-    if listed:
-        versions = [v.strip() for v in listed.group(1).split(",")]
-        finals = [v for v in versions if re.fullmatch(r"\d+(\.\d+)+", v)]
-        matching = [v for v in finals if v == wanted or v.startswith(wanted + ".")]
-        if matching:
-            best = max(matching, key=version_key)
-            short = "".join(best.split(".")[:2])
-            return f"Django=={best}", short
-    upper = f"{major}.{minor + 1}" if minor is not None else f"{major + 1}"
-    say(f"could not ask the index for Django versions with {python}: using Django>={wanted},"
-        f"<{upper}")
-    return f"Django>={wanted},<{upper}", wanted.replace(".", "") + ("x" if minor is None else "")
-
-
-class Env:
-    """One (Python, Django) pair and its virtualenv."""
-
-    def __init__(self, python, django_requirement, django_short):
-        self.base_python = python
-        version = interpreter_version(python)
-        self.python_short = f"{version[0]}{version[1]}"
-        self.django_requirement = django_requirement
-        self.key = f"py{self.python_short}-dj{django_short}"
-        self.dir = REPO / f".venv-test-{self.key}"
-        self.python = self.dir / "bin" / "python"
-        self.stamp = self.dir / ".runtests-installed"
-        self.extras = "test"
-        self.markexpr = None
-        self.seconds = None
-        self.counts = None
-        self.returncode = None
-
-    def fingerprint(self):
-        digest = hashlib.sha256()
-        for name in ("setup.cfg", "pyproject.toml"):
-            path = REPO / name
-            digest.update(path.read_bytes() if path.exists() else b"")
-        digest.update(self.django_requirement.encode())
-        digest.update(self.extras.encode())
-        digest.update(str(self.base_python).encode())
-        return digest.hexdigest()
-
-    def usable(self):
-        try:
-            return subprocess.run([str(self.python), "-c", "import django, pytest"],
-                                  capture_output=True).returncode == 0
-        except OSError:
-            return False
-
-    def install(self, no_install):
-        if no_install:
-            if not self.usable():
-                raise Failure(f"{self.dir} is missing or incomplete; run without --no-install")
-            return
-        if self.stamp.exists() and self.stamp.read_text() == self.fingerprint() \
-                and self.usable():
-            say(f"{self.key}: up to date ({self.dir.name})")
-            return
-        started = time.monotonic()
-        if not self.python.exists() or subprocess.run(
-                [str(self.python), "-c", "pass"], capture_output=True).returncode != 0:
-            say(f"{self.key}: creating {self.dir.name} with {self.base_python}")
-            run([self.base_python, "-m", "venv", "--clear", self.dir], "creating a virtualenv")
-        say(f"{self.key}: installing -e .[{self.extras}] and {self.django_requirement}")
-        run([self.python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-             "-q", "-e", f"{REPO}[{self.extras}]", self.django_requirement],
-            f"pip install ({self.key})")
-        self.stamp.write_text(self.fingerprint())
-        say(f"{self.key}: installed in {time.monotonic() - started:.0f} s")
-
-    def describe(self):
-        done = subprocess.run([str(self.python), "-c",
-                               "import sys, django; print(sys.version.split()[0], "
-                               "django.get_version())"], capture_output=True, text=True)
-        python, django = (done.stdout.split() + ["?", "?"])[:2]
-        return f"Python {python}, Django {django}"
-
-
-def run(cmd, what, **kwargs):
-    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
-    if done.returncode != 0:
-        raise Failure(f"{what} failed (exit {done.returncode}): "
-                      f"{' '.join(str(c) for c in cmd)}\n{done.stdout[-6000:]}"
-                      f"{done.stderr[-6000:]}")
-    return done
-
-
-def find_python_or_say(minor):
-    try:
-        return find_python(minor)
-    except Failure as exc:
-        loud(str(exc))
-        return None
-
-
-def find_envs(only):
-    envs = []
-    py311 = find_python_or_say(11)
-    if py311:
-        envs.append(Env(py311, *pick_django(py311, 5, 2)))
-    else:
-        loud("NO PYTHON 3.11 FOUND (pyenv, python3.11 on PATH): the Python 3.11 + Django 5.2 "
-             "environment is SKIPPED.")
-    newest = find_python_or_say(13) or find_python_or_say(12)
-    if newest:
-        envs.append(Env(newest, *pick_django(newest, 6)))
-    else:
-        loud("NO PYTHON 3.13 OR 3.12 FOUND (pyenv, python3.13/python3.12 on PATH): the newest "
-             "Django 6.x environment is SKIPPED; only Python 3.11 + Django 5.2 is tested.")
-    if only:
-        envs = [env for env in envs if any(key in env.key for key in only)]
-    if not envs:
-        raise Failure("no test environment to run (no Python 3.11, 3.12 or 3.13 found, or "
-                      "--env matched none)")
-    return envs
-
-
-# --- system packages ------------------------------------------------------------------------
-
-class Apt:
-    updated = False
-
-    @classmethod
-    def possible(cls):
-        return os.geteuid() == 0 and shutil.which("apt-get") is not None
-
-    @classmethod
-    def install(cls, package):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        if not cls.updated:
-            say("apt-get update ...")
-            run(["apt-get", "update", "-qq"], "apt-get update", env=env)
-            cls.updated = True
-        say(f"apt-get install -y {package} ...")
-        run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
-            f"apt-get install {package}", env=env)
-
-
-def chromium_path():
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
-
-
-def ensure_system_packages(need_browser):
-    if not shutil.which("redis-server"):
-        if os.environ.get("BLUEQUE_TEST_REDIS_URL"):
-            loud("redis-server is not on PATH: the tests use BLUEQUE_TEST_REDIS_URL, but the "
-                 "ones that restart a server will fail.")
-        elif Apt.possible():
-            Apt.install("redis-server")
-        else:
-            raise Failure("redis-server is not on PATH and cannot be installed here (not root, "
-                          "or no apt-get). Install it (Debian/Ubuntu: apt-get install "
-                          "redis-server) and run again; the tests start private servers "
-                          "from it.")
-    if need_browser and not chromium_path():
-        if Apt.possible():
-            Apt.install("chromium")
-        else:
-            loud("chromium is not installed and cannot be installed here (not root, or no "
-                 "apt-get): the browser tests will fail. Install Debian's chromium, or skip "
-                 "them with --fast or -- -m 'not browser'.")
-    if not shutil.which("msgmerge"):  # the check that the translation catalogs are complete
-        if Apt.possible():
-            Apt.install("gettext")
-        else:
-            loud("gettext is not installed and cannot be installed here (not root, or no "
-                 "apt-get): the test that the translations cover every string is skipped. "
-                 "Install Debian's gettext.")
-    chromium = chromium_path()
-    say(f"redis-server: {shutil.which('redis-server') or '(none)'}; chromium: "
-        f"{chromium or '(none)'}; gettext: {shutil.which('msgmerge') or '(none)'}")
-
-
-# --- running --------------------------------------------------------------------------------
 
 def has_markexpr(args):
     return any(a == "-m" or a.startswith("-m") and not a.startswith("--") for a in args)
@@ -348,7 +67,8 @@ def plan_markers(envs, fast, passthrough):
         return
     if len(envs) > 1:
         envs[0].markexpr = f"not {BROWSER_MARK} and not {DOCS_MARK}"
-        envs[-1].markexpr = f"not {INTEROP_MARK} and not {SOAK_MARK}"
+        envs[-1].markexpr = (f"not {INTEROP_MARK} and not {SOAK_MARK} "
+                             f"and not {AGNOSTIC_MARK}")
 
 
 def junit_counts(path):
@@ -366,30 +86,66 @@ def junit_counts(path):
     return {"passed": total - failed - skipped, "failed": failed, "skipped": skipped}
 
 
-def run_pytest(env, passthrough):
-    ARTIFACTS.mkdir(exist_ok=True)
+def pytest_command(env, passthrough, workers):
     junit = ARTIFACTS / f"junit-{env.key}.xml"
     junit.unlink(missing_ok=True)
     cmd = [str(env.python), "-m", "pytest", f"--junitxml={junit}",
            f"--timeout={PER_TEST_TIMEOUT}"]
+    if workers:
+        # loadgroup: the tests marked xdist_group(name) run one after another in one worker
+        cmd += ["-n", str(workers), "--dist", "loadgroup"]
     if env.markexpr:
         cmd += ["-m", env.markexpr]
-    cmd += passthrough
+    return cmd + passthrough, junit
+
+
+def run_pytests(envs, passthrough, workers):
+    """Every environment's pytest at the same time (each with its own xdist workers and their
+    own private Redis servers); with several, each line of output is prefixed with its
+    environment. Sets each env's returncode, seconds and counts."""
+    ARTIFACTS.mkdir(exist_ok=True)
     test_env = {k: v for k, v in os.environ.items()
                 if k not in ("BLUEQUE_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH")}
-    loud(f"{env.key} ({env.describe()}): {' '.join(cmd[1:])}")
-    started = time.monotonic()
-    process = subprocess.Popen(cmd, cwd=REPO, env=test_env)
+    prefix = len(envs) > 1
+    lock = threading.Lock()
+    running = []
+    for env in envs:
+        cmd, junit = pytest_command(env, passthrough, workers)
+        loud(f"{env.key} ({env.describe()}): {' '.join(cmd[1:])}")
+        process = subprocess.Popen(
+            cmd, cwd=REPO, env=test_env, stdout=subprocess.PIPE if prefix else None,
+            stderr=subprocess.STDOUT if prefix else None, text=True, errors="replace")
+        pump = None
+        if prefix:
+            pump = threading.Thread(target=copy_prefixed, args=(process.stdout, env.key, lock))
+            pump.start()
+        running.append((env, process, pump, junit, time.monotonic()))
     try:
-        env.returncode = process.wait()
+        while any(process.poll() is None for _, process, *_ in running):
+            for env, process, _, _, started in running:
+                if env.seconds is None and process.poll() is not None:
+                    env.seconds = time.monotonic() - started  # its own time, not the longest
+            time.sleep(0.2)
     except KeyboardInterrupt:
-        env.returncode = process.wait()  # pytest got the SIGINT too and tears down
+        for _, process, _, _, _ in running:
+            process.wait()  # pytest got the SIGINT too and tears down
         raise
-    finally:
-        env.seconds = time.monotonic() - started
-    env.counts = junit_counts(junit)
-    if env.returncode == 5:
-        say(f"{env.key}: pytest ran no test (exit 5): that is a failure")
+    for env, process, pump, junit, started in running:
+        env.returncode = process.wait()
+        if env.seconds is None:
+            env.seconds = time.monotonic() - started
+        if pump:
+            pump.join()
+        env.counts = junit_counts(junit)
+        if env.returncode == 5:
+            say(f"{env.key}: pytest ran no test (exit 5): that is a failure")
+
+
+def copy_prefixed(stream, key, lock):
+    for line in stream:
+        with lock:
+            sys.stdout.write(f"[{key}] {line}")
+            sys.stdout.flush()
 
 
 def main(argv=None):
@@ -409,6 +165,9 @@ def main(argv=None):
                              "dj52); repeatable")
     parser.add_argument("--no-install", action="store_true",
                         help="install nothing: use the test virtualenvs as they are")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help=f"pytest-xdist workers per environment (default: {WORKERS} "
+                             f"shared by the environments; 0: none, every test in one process)")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -421,7 +180,7 @@ def main(argv=None):
         need_browser = not args.fast and not has_markexpr(passthrough)
         if not args.no_install:
             ensure_system_packages(need_browser)
-        for env in envs:
+        for env in envs:  # one at a time: each builds the editable package in the checkout
             env.install(args.no_install)
         say("ruff check .")
         ruff = env_ruff(envs[0])
@@ -432,8 +191,14 @@ def main(argv=None):
         if subprocess.run([env_mypy(envs[0])], cwd=REPO).returncode != 0:
             say("mypy found type errors: fix them first (no test was run)")
             return 1
-        for env in envs:
-            run_pytest(env, passthrough)
+        if os.environ.get("BLUEQUE_TEST_REDIS_URL"):
+            say("BLUEQUE_TEST_REDIS_URL is set: one Redis for every test, so one environment "
+                "at a time and no xdist workers (each test flushes its database)")
+            for env in envs:
+                run_pytests([env], passthrough, workers=0)
+        else:
+            workers = args.workers if args.workers is not None else max(1, WORKERS // len(envs))
+            run_pytests(envs, passthrough, workers)
     except Failure as exc:
         print(f"[runtests] {exc}", file=sys.stderr, flush=True)
         return 2
@@ -477,4 +242,3 @@ def env_ruff(env):
     if not found:
         raise Failure(f"ruff is not installed in {env.dir} nor on PATH")
     return found
-

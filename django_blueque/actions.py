@@ -28,16 +28,16 @@ PERMISSIONS = {
 
 
 # Each action returns DONE, SKIPPED (the task's status does not allow it) or TOO_DEEP (the
-# task is further than protocol.UNLIST_WINDOW from both ends of a long list: left alone).
+# task is further than protocol_admin.UNLIST_WINDOW from both ends of a long list: left alone).
 DONE, SKIPPED, TOO_DEEP = 1, 0, -1
 
 
 def _retry(client, task_id, queue, user):
-    return client.protocol.retry(queue, task_id)
+    return client.protocol.admin.retry(queue, task_id)
 
 
 def _run_now(client, task_id, queue, user):
-    return DONE if client.protocol.run_now(queue, task_id) else SKIPPED
+    return DONE if client.protocol.admin.run_now(queue, task_id) else SKIPPED
 
 
 def _cancel(client, task_id, queue, user):
@@ -56,9 +56,17 @@ def _mark_failed(client, task_id, queue, user):
     return DONE if outcome == "failed" else SKIPPED
 
 
+def _start_over(client, task_id, queue, user):
+    """Clear the task's checkpoint (refused while a run holds it), then retry it if failed:
+    its next run begins from nothing."""
+    if not client.protocol.admin.clear_checkpoint(task_id):
+        return SKIPPED
+    return TOO_DEEP if client.protocol.admin.retry(queue, task_id) == TOO_DEEP else DONE
+
+
 def _delete(client, task_id, queue, user):
     """The protocol's delete (DEL task; LREM complete|failed), if the task is still finished."""
-    return client.protocol.delete_finished(queue, task_id)
+    return client.protocol.admin.delete_finished(queue, task_id)
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,10 @@ class TaskAction:
 TASK_ACTIONS = {action.name: action for action in (
     TaskAction("retry", PERMISSIONS["retry"], (k.FAILED,), _("Retry"),
                _("Put these failed tasks back in their queue, to be taken next?"), _retry),
+    TaskAction("start_over", PERMISSIONS["retry"], (k.FAILED, k.PENDING, k.SCHEDULED),
+               _("Start over"),
+               _("Clear the checkpoints of these tasks, so that their next run begins from "
+                 "nothing? Failed ones go back to their queue."), _start_over),
     TaskAction("run_now", PERMISSIONS["retry"], (k.SCHEDULED,), _("Run now"),
                _("Send these scheduled tasks to their queue now, to be taken next?"),
                _run_now),

@@ -10,7 +10,9 @@ class BluequeConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import checks, conf  # noqa: F401  (checks: registers the system checks)
+
+        conf.app_installed = True
 
         # Every installed app's tasks.py registers its @blueque_task functions, so bq_listen
         # finds every task without configuration.

@@ -25,7 +25,7 @@ import json
 import sys
 from typing import Any, ParamSpec, TypeVar, cast
 
-from django.apps import apps
+from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import Error
 from django.utils import timezone
@@ -33,7 +33,7 @@ from django.utils.module_loading import import_string
 
 from .conf import get_client, get_settings
 from .core import client as engine
-from .core import current_task
+from .core import current_task, tracing
 from .core import keys as k
 from .registry import blueque_task, encode_json
 from .tasks_compat import (
@@ -52,6 +52,7 @@ from .tasks_compat import (
     task_finished,
     task_started,
 )
+from .unreachable import reaching_redis
 
 QUEUE_PREFIX = "django.tasks."
 ANY_QUEUE = QUEUE_PREFIX + "*"
@@ -103,6 +104,12 @@ class BluequeBackend(BaseTaskBackend):
         if not k.valid_name(self.blueque_queue(task.queue_name)):
             raise InvalidTask(f"Queue {task.queue_name!r} is not a valid Blueque queue name "
                               "(non-empty, no spaces).")
+        module = task.module_path.rpartition(".")[0]
+        if not self.may_import(module):
+            # refused now, before anything is written: the worker would refuse to run it
+            raise InvalidTask(f"{task.module_path}: module {module!r} is not of an installed "
+                              f"app nor in TASKS[{self.alias!r}]['OPTIONS']['TASK_MODULES'], "
+                              "so no worker may import it; list it there.")
 
     def check(self, **kwargs: Any) -> list[Any]:
         errors = []
@@ -126,6 +133,7 @@ class BluequeBackend(BaseTaskBackend):
 
     # -- producing ------------------------------------------------------------------------------
 
+    @reaching_redis()
     def enqueue(self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
                 ) -> TaskResult[P, R]:
         self.validate_task(task)
@@ -152,6 +160,7 @@ class BluequeBackend(BaseTaskBackend):
 
     # -- reading --------------------------------------------------------------------------------
 
+    @reaching_redis()
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
         found = get_client().get_task(result_id) if k.valid_name(result_id) else None
         if found is None or not (found.queue or "").startswith(QUEUE_PREFIX):
@@ -228,9 +237,20 @@ class BluequeBackend(BaseTaskBackend):
         return "builtins.Exception"
 
     def may_import(self, module: str) -> bool:
-        """Whether data in Redis may make this process import ``module``."""
-        allowed = [config.name for config in apps.get_app_configs()] + list(self.task_modules)
+        """Whether data in Redis may make this process import ``module``: one of an app of
+        INSTALLED_APPS (as configured: a TransactionTestCase's ``available_apps`` hides apps
+        from the registry, not from the workers) or of TASK_MODULES."""
+        allowed = [_app_name(entry) for entry in settings.INSTALLED_APPS]
+        allowed += self.task_modules
         return any(module == name or module.startswith(name + ".") for name in allowed)
+
+
+def _app_name(entry: str) -> str:
+    """The app an INSTALLED_APPS entry installs: the module it names, or the ``name`` of the
+    AppConfig class it names (imported by Django's setup already)."""
+    owner, _dot, attribute = entry.rpartition(".")
+    config = getattr(sys.modules.get(owner), attribute, None)
+    return config.name if isinstance(config, type) and issubclass(config, AppConfig) else entry
 
 
 # -- in the listener's task process ------------------------------------------------------------
@@ -246,6 +266,7 @@ def run(found: engine.Task) -> str:
     if not isinstance(backend, BluequeBackend):
         raise ForbiddenTask(f"backend {backend.alias!r} is not a BluequeBackend")
     task = backend.task_of(found)
+    tracing.name_run(task.module_path)
     result = backend.result_of(found, task)
     object.__setattr__(result, "status", TaskResultStatus.RUNNING)
     task_started.send(type(backend), task_result=result)

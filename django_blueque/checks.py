@@ -1,5 +1,6 @@
 """System checks: a malformed BLUEQUE setting fails ``manage.py check`` with an id and a hint;
-an include of django_blueque.urls that requests never reach is a warning."""
+a part of it that is ignored, and an include of django_blueque.urls that requests never reach,
+are warnings."""
 
 from collections.abc import Sequence
 from typing import Any
@@ -8,14 +9,19 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from . import conf, mount
+from . import mount, setting_checks
 
 
 @register(Tags.compatibility)
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                    ) -> list[CheckMessage]:
-    return [Error(problem.msg, hint=problem.hint, id=problem.id, obj="settings.BLUEQUE")
-            for problem in conf.problems()]
+    missing = setting_checks.missing_setting()
+    if missing:
+        return [Warning(missing.msg, hint=missing.hint, id=missing.id, obj="settings")]
+    return [*(Error(problem.msg, hint=problem.hint, id=problem.id, obj="settings.BLUEQUE")
+              for problem in setting_checks.problems()),
+            *(Warning(problem.msg, hint=problem.hint, id=problem.id, obj="settings.BLUEQUE")
+              for problem in setting_checks.ignored())]
 
 
 @register(Tags.urls)

@@ -1,15 +1,15 @@
-"""The ``BLUEQUE`` setting: read, validated and defaulted here and nowhere else.
+"""The ``BLUEQUE`` setting: read and defaulted here and nowhere else, and the engine client it
+names.
 
-Every mistake is found by :func:`problems` (used by the system checks, so ``manage.py check``
-reports it with an id and a hint) and raised as ImproperlyConfigured at first use otherwise.
+Its keys and every mistake it can make are in setting_checks.py: a mistake is reported by
+``manage.py check`` with an id and a hint, and raised here as ImproperlyConfigured at first use.
 """
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Literal, TypedDict, TypeGuard, cast, overload
+from typing import Any, TypedDict, cast
 
+from django.apps import apps
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
@@ -17,217 +17,40 @@ from django.dispatch import receiver
 
 from .core import Client
 from .core.connections import sentinel_redis
-from .core.keys import DEFAULT_PREFIX, valid_name
+from .core.limits import cpu_seconds, memory_bytes
+from .core.timings import Timings
 from .redacted import masked_url
-
-DEFAULT_URL = "redis://localhost:6379/0"
-
-POLICY_KEYS = ("RETRIES", "BACKOFF", "TIMEOUT", "RETENTION")
-
-DEFAULTS: dict[str, Any] = {  # the BLUEQUE setting's keys (its values: see problems())
-    "URL": None,
-    "CACHE": None,
-    "OPTIONS": {},
-    "SENTINELS": None,
-    "SERVICE_NAME": None,
-    "SENTINEL_OPTIONS": {},
-    "CLUSTER": False,
-    "PREFIX": DEFAULT_PREFIX,
-    "RETRIES": 0,
-    "BACKOFF": 20,
-    "TIMEOUT": None,
-    "RETENTION": 7 * 24 * 3600,
-    "QUEUES": {},
-    "EAGER": False,
-    "CONCURRENCY": 1,
-    "KILL_GRACE": 10,
-    "SCHEDULER_INTERVAL": 1.0,
-    "REAPER_INTERVAL": 5.0,
-    "METRICS_TOKEN": None,
-    "API_TOKENS": {},
-    "WAIT_REPLICAS": 0,
-    "WAIT_TIMEOUT": 1.0,
-}
+from .setting_checks import (
+    ADMISSION_KEYS,
+    DEFAULT_URL,
+    DEFAULTS,
+    LEASE_KEY,
+    POLICY_KEYS,
+    problems,
+)
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One mistake in the setting, as a system check reports it."""
-
-    id: str
-    msg: str
-    hint: str
+def using_default_redis() -> bool:
+    """Whether the setting names no Redis, so that DEFAULT_URL is used."""
+    raw = getattr(django_settings, "BLUEQUE", {})
+    return not any(raw.get(name) for name in ("URL", "CACHE", "SENTINELS"))
 
 
-@overload
-def _valid_number(value: object, allow_none: Literal[False] = False, integer: bool = False
-                  ) -> TypeGuard[float]: ...
-@overload
-def _valid_number(value: object, allow_none: bool, integer: bool = False) -> bool: ...
-def _valid_number(value: object, allow_none: bool = False, integer: bool = False) -> bool:
-    """Whether a setting's Python value is a finite number >= 0 (not a bool; a whole one with
-    ``integer``; None only with ``allow_none``). Settings are Python values, not strings."""
-    if value is None:
-        return allow_none
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    if integer and int(value) != value:
-        return False
-    return math.isfinite(value) and value >= 0
-
-
-def _policy_problems(policy: Mapping[str, object], where: str) -> list[Problem]:
-    problems = []
-    for name in POLICY_KEYS:
-        if name not in policy:
-            continue
-        value = policy[name]
-        ok = _valid_number(value, allow_none=name in ("TIMEOUT", "RETENTION"),
-                           integer=name == "RETRIES")
-        if not ok:
-            kind = "a whole number >= 0" if name == "RETRIES" else "a number of seconds >= 0"
-            if name in ("TIMEOUT", "RETENTION"):
-                kind += " or None"
-            problems.append(Problem("blueque.E006", f"{where}['{name}'] must be {kind}, not "
-                                    f"{value!r}.", f"Set {where}['{name}'] to {kind}."))
-    return problems
-
-
-def problems(raw: object = None) -> list[Problem]:
-    """Every mistake in the BLUEQUE setting (``raw`` defaults to the project's)."""
-    if raw is None:
-        raw = getattr(django_settings, "BLUEQUE", {})
-    if not isinstance(raw, dict):
-        return [Problem("blueque.E001", f"BLUEQUE must be a dict, not {type(raw).__name__}.",
-                        "Set BLUEQUE = {'URL': 'redis://localhost:6379/0'}.")]
-    found = []
-    unknown = sorted(set(raw) - set(DEFAULTS))
-    if unknown:
-        found.append(Problem("blueque.E002", f"BLUEQUE has unknown key(s): {', '.join(unknown)}.",
-                             f"Known keys: {', '.join(DEFAULTS)}."))
-    sources = [name for name in ("URL", "CACHE", "SENTINELS") if raw.get(name)]
-    if len(sources) > 1:
-        found.append(Problem("blueque.E003",
-                             f"BLUEQUE names its Redis more than once: {' and '.join(sources)}.",
-                             "Give exactly one of URL, CACHE or SENTINELS."))
-    url = raw.get("URL")
-    if url is not None and (not isinstance(url, str) or
-                            not url.startswith(("redis://", "rediss://", "unix://"))):
-        shown = repr(masked_url(url)) if isinstance(url, str) else f"a {type(url).__name__}"
-        found.append(Problem("blueque.E004", f"BLUEQUE['URL'] is not a Redis URL: {shown}.",
-                             "Use redis://[:password@]host:port/db, rediss:// for TLS, or "
-                             "unix:///path/to/socket."))
-    alias = raw.get("CACHE")
-    if alias is not None:
-        caches = getattr(django_settings, "CACHES", {})
-        if alias not in caches:
-            found.append(Problem("blueque.E005", f"BLUEQUE['CACHE'] names cache {alias!r}, "
-                                 "which CACHES does not define.",
-                                 f"Define CACHES[{alias!r}] or fix the alias."))
-        elif not str(caches[alias].get("BACKEND", "")).startswith("django_redis."):
-            found.append(Problem("blueque.E005", f"BLUEQUE['CACHE'] names cache {alias!r}, "
-                                 f"whose backend {caches[alias].get('BACKEND')!r} is not "
-                                 "django-redis.",
-                                 "Use a cache with BACKEND 'django_redis.cache.RedisCache', "
-                                 "or give BLUEQUE['URL'] instead."))
-    if raw.get("SENTINELS") is not None:
-        sentinels = raw["SENTINELS"]
-        if not (isinstance(sentinels, (list, tuple)) and sentinels and all(
-                isinstance(s, (list, tuple)) and len(s) == 2 for s in sentinels)):
-            found.append(Problem("blueque.E007", "BLUEQUE['SENTINELS'] must be a list of "
-                                 f"(host, port) pairs, not {sentinels!r}.",
-                                 "Example: 'SENTINELS': [('sentinel-1', 26379)]."))
-        if not isinstance(raw.get("SERVICE_NAME"), str) or not raw.get("SERVICE_NAME"):
-            found.append(Problem("blueque.E007", "BLUEQUE['SENTINELS'] needs "
-                                 "BLUEQUE['SERVICE_NAME'], the name of the monitored master.",
-                                 "Example: 'SERVICE_NAME': 'mymaster'."))
-    for name in ("OPTIONS", "SENTINEL_OPTIONS"):
-        if name in raw and not isinstance(raw[name], dict):
-            found.append(Problem("blueque.E008", f"BLUEQUE['{name}'] must be a dict of "
-                                 f"redis-py connection options, not {type(raw[name]).__name__}.",
-                                 "Example: {'socket_timeout': 5, 'health_check_interval': 30}."))
-    prefix = raw.get("PREFIX", DEFAULT_PREFIX)
-    if not valid_name(prefix):
-        found.append(Problem("blueque.E009", f"BLUEQUE['PREFIX'] must be a non-empty string "
-                             f"without spaces, not {prefix!r}.",
-                             "Leave it out to use 'blueque', what blueque 1.0 writes."))
-    found += _policy_problems(raw, "BLUEQUE")
-    queues = raw.get("QUEUES", {})
-    if not isinstance(queues, dict):
-        found.append(Problem("blueque.E010", "BLUEQUE['QUEUES'] must be a dict of queue name to "
-                             "policy overrides.", "Example: {'video.encode': {'TIMEOUT': 7200}}."))
-    else:
-        for queue, policy in queues.items():
-            where = f"BLUEQUE['QUEUES'][{queue!r}]"
-            if not valid_name(queue):
-                found.append(Problem("blueque.E010", f"{where}: invalid queue name.",
-                                     "Queue names are non-empty and have no spaces."))
-            elif not isinstance(policy, dict) or set(policy) - set(POLICY_KEYS):
-                found.append(Problem("blueque.E010", f"{where} must be a dict with keys among "
-                                     f"{', '.join(POLICY_KEYS)}.", f"Got {policy!r}."))
-            else:
-                found += _policy_problems(policy, where)
-    for name in ("SCHEDULER_INTERVAL", "REAPER_INTERVAL", "KILL_GRACE"):
-        if name in raw and not (_valid_number(raw[name]) and raw[name] > 0):
-            found.append(Problem("blueque.E011", f"BLUEQUE['{name}'] must be a number of "
-                                 f"seconds > 0, not {raw[name]!r}.", "Leave it out for the "
-                                 f"default, {DEFAULTS[name]}."))
-    concurrency = raw.get("CONCURRENCY", 1)
-    if not (_valid_number(concurrency, integer=True) and concurrency >= 1):
-        found.append(Problem("blueque.E012", f"BLUEQUE['CONCURRENCY'] must be a whole number "
-                             f">= 1, not {concurrency!r}.", "It is the default for "
-                             "bq_listen --concurrency."))
-    if not isinstance(raw.get("EAGER", False), bool):
-        found.append(Problem("blueque.E013", "BLUEQUE['EAGER'] must be True or False.",
-                             "Set it True in test settings to run tasks inline."))
-    replicas = raw.get("WAIT_REPLICAS", 0)
-    if not _valid_number(replicas, integer=True):
-        found.append(Problem("blueque.E015", f"BLUEQUE['WAIT_REPLICAS'] must be a whole number "
-                             f">= 0, not {replicas!r}.", "0 (the default) waits for no "
-                             "replica; 1 makes a task's start and end wait for one."))
-    wait_timeout = raw.get("WAIT_TIMEOUT")
-    if "WAIT_TIMEOUT" in raw and not (_valid_number(wait_timeout) and wait_timeout > 0):
-        found.append(Problem("blueque.E015", f"BLUEQUE['WAIT_TIMEOUT'] must be a number of "
-                             f"seconds > 0, not {raw['WAIT_TIMEOUT']!r}.", "Leave it out for "
-                             f"the default, {DEFAULTS['WAIT_TIMEOUT']}."))
-    found += _cluster_problems(raw)
-    token = raw.get("METRICS_TOKEN")
-    if token is not None and (not isinstance(token, str) or len(token) < 16):
-        found.append(Problem("blueque.E014", "BLUEQUE['METRICS_TOKEN'] must be a string of at "
-                             "least 16 characters.", "Generate one with "
-                             "python -c 'import secrets; print(secrets.token_urlsafe())'."))
-    tokens = raw.get("API_TOKENS", {})
-    if not isinstance(tokens, dict) or not all(
-            isinstance(token, str) and len(token) >= 16 and isinstance(user, str) and user
-            for token, user in tokens.items()):
-        found.append(Problem("blueque.E016", "BLUEQUE['API_TOKENS'] must map tokens (strings "
-                             "of at least 16 characters) to usernames.", "For example "
-                             "{'<python -c \"import secrets; print(secrets.token_urlsafe())\">': "
-                             "'reports-bot'}; the JSON API then acts as that user."))
-    return found
-
-
-def _cluster_problems(raw: dict[str, Any]) -> list[Problem]:
-    """CLUSTER: a bool; True only with a URL (a node of the cluster), no WAIT_REPLICAS, and
-    queue names without braces."""
-    cluster = raw.get("CLUSTER", False)
-    if not isinstance(cluster, bool):
-        return [Problem("blueque.E017", "BLUEQUE['CLUSTER'] must be True or False.",
-                        "Set it True when URL names a node of a Redis Cluster.")]
-    if cluster and (raw.get("CACHE") or raw.get("SENTINELS")):
-        return [Problem("blueque.E017", "BLUEQUE['CLUSTER'] needs a URL, not CACHE or "
-                        "SENTINELS.", "Give the URL of any node of the cluster, e.g. "
-                        "'redis://node-1:7000/0'.")]
-    if cluster and raw.get("WAIT_REPLICAS"):
-        return [Problem("blueque.E017", "BLUEQUE['WAIT_REPLICAS'] is not available with "
-                        "CLUSTER.", "Leave WAIT_REPLICAS out, or at 0.")]
-    braced = [name for name in raw.get("QUEUES") or {} if isinstance(name, str) and (
-        "{" in name or "}" in name)]
-    if cluster and braced:
-        return [Problem("blueque.E017", f"BLUEQUE['QUEUES'] names {braced[0]!r}: with CLUSTER "
-                        "a queue name is a hash tag, and cannot hold braces.",
-                        "Rename the queue.")]
-    return []
+def redis_in_use() -> str:
+    """The Redis this process uses, as its first log line and its errors name it (password
+    masked): a producer and a listener on different servers is otherwise hard to see."""
+    conf = get_settings()
+    if conf.cache:
+        location = getattr(django_settings, "CACHES", {}).get(conf.cache, {}).get("LOCATION")
+        shown = masked_url(location) if isinstance(location, str) else repr(location)
+        return f"BLUEQUE['CACHE'] = {conf.cache!r} ({shown})"
+    if conf.sentinels:
+        return f"BLUEQUE['SENTINELS'] = {conf.sentinels!r}, service {conf.service_name!r}"
+    if using_default_redis():
+        why = ("settings.BLUEQUE is not set" if not hasattr(django_settings, "BLUEQUE")
+               else "BLUEQUE has no URL")
+        return f"{DEFAULT_URL} (the default: {why})"
+    return f"BLUEQUE['URL'] = {masked_url(conf.url or DEFAULT_URL)}"
 
 
 @dataclass(frozen=True)
@@ -246,7 +69,9 @@ class Settings:
     backoff: float
     timeout: float | None
     retention: float | None
-    queues: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    memory_limit: str | int | None = None  # as given: see limits()
+    cpu_limit: float | None = None
     eager: bool = False
     concurrency: int = 1
     kill_grace: float = 10
@@ -256,6 +81,7 @@ class Settings:
     api_tokens: dict[str, str] = field(default_factory=dict)
     wait_replicas: int = 0
     wait_timeout: float = 1.0
+    timings: Timings = field(default_factory=Timings)
 
     def policy(self, queue: str) -> dict[str, float | None]:
         """{'retries', 'backoff', 'timeout', 'retention'} for a queue: its QUEUES entry over
@@ -264,9 +90,40 @@ class Settings:
         return {name.lower(): override.get(name, getattr(self, name.lower()))
                 for name in POLICY_KEYS}
 
+    def admission(self, queue: str) -> dict[str, object]:
+        """{'max_running', 'max_running_per_key', 'rate_limit'} of a queue (its QUEUES
+        entry; None where it has no such limit)."""
+        override = self.queues.get(queue, {})
+        return {name.lower(): override.get(name) for name in ADMISSION_KEYS}
+
+    def lease(self, queue: str) -> dict[str, float]:
+        """{'lease': seconds} of a queue with a lease of its own (QUEUES' LEASE), else {}."""
+        override = self.queues.get(queue, {})
+        return {"lease": override[LEASE_KEY]} if LEASE_KEY in override else {}
+
+    def limits(self, queue: str) -> dict[str, int]:
+        """{'memory_limit': bytes, 'cpu_limit': seconds} of a queue's task processes (its
+        QUEUES entry over the global settings), without those it has not."""
+        override = self.queues.get(queue, {})
+        memory = override.get("MEMORY_LIMIT", self.memory_limit)
+        cpu = override.get("CPU_LIMIT", self.cpu_limit)
+        return {**({"memory_limit": memory_bytes(memory)} if memory is not None else {}),
+                **({"cpu_limit": cpu_seconds(cpu)} if cpu is not None else {})}
+
+
+app_installed = False
+"""Set by the app's ready(): django_blueque is in INSTALLED_APPS (a flag, not the app registry,
+which a TransactionTestCase's ``available_apps`` narrows)."""
+
 
 @cache
 def get_settings() -> Settings:
+    if apps.ready and not app_installed:
+        # enqueueing would work and nothing ever run the task: bq_listen, the system checks
+        # and the discovery of tasks.py modules all come with the app
+        raise ImproperlyConfigured("'django_blueque' is not in INSTALLED_APPS: a task "
+                                   "enqueued now would never run (bq_listen is the app's "
+                                   "command). Add 'django_blueque' to INSTALLED_APPS.")
     found = problems()
     if found:
         raise ImproperlyConfigured("; ".join(f"{p.id}: {p.msg}" for p in found))
@@ -280,11 +137,12 @@ def get_settings() -> Settings:
         prefix=raw["PREFIX"],
         retries=raw["RETRIES"], backoff=raw["BACKOFF"], timeout=raw["TIMEOUT"],
         retention=raw["RETENTION"], queues=dict(raw["QUEUES"]), eager=raw["EAGER"],
+        memory_limit=raw["MEMORY_LIMIT"], cpu_limit=raw["CPU_LIMIT"],
         concurrency=raw["CONCURRENCY"], kill_grace=raw["KILL_GRACE"],
         scheduler_interval=raw["SCHEDULER_INTERVAL"], reaper_interval=raw["REAPER_INTERVAL"],
         metrics_token=raw["METRICS_TOKEN"], api_tokens=dict(raw["API_TOKENS"]),
         wait_replicas=raw["WAIT_REPLICAS"],
-        wait_timeout=raw["WAIT_TIMEOUT"])
+        wait_timeout=raw["WAIT_TIMEOUT"], timings=Timings.from_setting(raw["TIMINGS"]))
 
 
 class _Acknowledgement(TypedDict):
@@ -303,16 +161,18 @@ def get_client() -> Client:
         from django_redis import get_redis_connection
 
         return Client(redis_client=get_redis_connection(conf.cache), prefix=conf.prefix,
-                      **acknowledgement)
+                      timings=conf.timings, **acknowledgement)
     if conf.sentinels:
         # problems() requires SERVICE_NAME with SENTINELS
         service_name = cast(str, conf.service_name)
         return Client(redis_client=sentinel_redis(conf.sentinels, service_name,
                                                   conf.sentinel_options, **conf.options),
-                      prefix=conf.prefix, **acknowledgement)
+                      prefix=conf.prefix, timings=conf.timings, **acknowledgement)
     if conf.cluster:
-        return Client(conf.url, prefix=conf.prefix, cluster=True, **conf.options)
-    return Client(conf.url, prefix=conf.prefix, **acknowledgement, **conf.options)
+        return Client(conf.url, prefix=conf.prefix, cluster=True, timings=conf.timings,
+                      **conf.options)
+    return Client(conf.url, prefix=conf.prefix, timings=conf.timings, **acknowledgement,
+                  **conf.options)
 
 
 @receiver(setting_changed)

@@ -14,18 +14,27 @@ import inspect
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar, overload
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import close_old_connections, connections, transaction
+from django.db.models import Model
 
 from . import signals
 from .conf import get_client, get_settings
 from .core import client as engine
-from .core import current_task
+from .core import current_task, tracing
+from .core.admission import concurrency_fields
+from .core.depends import dependency_fields
 from .core.keys import valid_name
+from .core.limits import cpu_seconds, memory_bytes
+from .unreachable import reaching_redis
+from .workflows import decode_result
+
+if TYPE_CHECKING:
+    from .workflows import Signature
 
 logger = logging.getLogger("django_blueque.task")
 
@@ -44,6 +53,22 @@ class NotRegistered(LookupError):
 _registry: dict[str, BluequeTask[Any, Any]] = {}
 
 
+def _firing_cron(name: str, cron: str) -> str:
+    """``cron`` if croniter reads it and it fires: one with no next or previous occurrence
+    (``0 0 31 2 *``) would make every scheduler pass raise, so it is refused at import."""
+    from croniter import CroniterBadDateError, croniter
+
+    if not croniter.is_valid(cron):
+        raise ValueError(f"{name}: invalid cron expression {cron!r}")
+    try:
+        croniter(cron).get_next()
+        croniter(cron).get_prev()
+    except CroniterBadDateError:
+        raise ValueError(f"{name}: cron expression {cron!r} never fires (it has no next or "
+                         "previous occurrence)") from None
+    return cron
+
+
 def registered_tasks() -> dict[str, BluequeTask[Any, Any]]:
     """{queue name: BluequeTask} of every registered task."""
     return dict(_registry)
@@ -57,9 +82,20 @@ def task_for_queue(queue: str) -> BluequeTask[Any, Any]:
         raise NotRegistered(f"no @blueque_task is registered for queue {queue!r}") from None
 
 
+class _Encoder(DjangoJSONEncoder):
+    """Django's JSON types (a datetime travels as its ISO string, a Decimal or UUID as a
+    string); a model instance is refused with the fix."""
+
+    def default(self, o: object) -> object:
+        if isinstance(o, Model):
+            raise TypeError(f"it is a {type(o).__name__} instance: pass its pk and fetch the "
+                            "row in the task (the row may change before the task runs)")
+        return super().default(o)
+
+
 def encode_json(value: object, what: str) -> str:
     try:
-        return json.dumps(value, cls=DjangoJSONEncoder, separators=(",", ":"), allow_nan=False)
+        return json.dumps(value, cls=_Encoder, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{what} cannot be encoded as JSON: {exc}") from None
 
@@ -82,7 +118,8 @@ class BluequeTask(Generic[P, R]):
                  backoff: float | None = None, timeout: float | None = None,
                  retention: float | None = None,
                  periodic: float | datetime.timedelta | None = None, cron: str | None = None,
-                 priority: int | None = None) -> None:
+                 priority: int | None = None, memory_limit: str | int | None = None,
+                 cpu_limit: float | None = None) -> None:
         self.func = func
         self.name = f"{func.__module__}.{func.__qualname__}"
         self.queue = queue or self.name
@@ -100,7 +137,13 @@ class BluequeTask(Generic[P, R]):
         self._policy = engine.policy_fields(retries, backoff, timeout, retention)
         engine.priority_field(priority)
         self.priority = priority
-        self._unique: dict[str, str] = {}  # unique_key and unique_until, set by using()
+        try:  # the task process's own limits, over its queue's (core/limits.py)
+            self.limits = {
+                **({"memory_limit": memory_bytes(memory_limit)} if memory_limit else {}),
+                **({"cpu_limit": cpu_seconds(cpu_limit)} if cpu_limit is not None else {})}
+        except ValueError as exc:
+            raise ValueError(f"{self.name}: {exc}") from None
+        self._chosen: dict[str, str] = {}  # the task-hash fields using() sets
         if periodic is not None and cron is not None:
             raise ValueError(f"{self.name}: give periodic= or cron=, not both")
         self.periodic: Periodic | None = None
@@ -114,11 +157,7 @@ class BluequeTask(Generic[P, R]):
                 raise ValueError(f"{self.name}: periodic interval must be positive")
             self.periodic = Periodic(interval=seconds)
         elif cron is not None:
-            from croniter import croniter
-
-            if not croniter.is_valid(cron):
-                raise ValueError(f"{self.name}: invalid cron expression {cron!r}")
-            self.periodic = Periodic(cron=cron)
+            self.periodic = Periodic(cron=_firing_cron(self.name, cron))
         self.__doc__ = func.__doc__
         self.__name__ = func.__name__
         self.__module__ = func.__module__
@@ -138,26 +177,38 @@ class BluequeTask(Generic[P, R]):
     # -- producing ------------------------------------------------------------------------------
 
     def using(self, *, priority: int | None = None, unique_key: str | None = None,
-              unique_until: str | None = None) -> Self:
+              unique_until: str | None = None, depends_on: Sequence[str] | None = None,
+              allow_failure: bool = False, concurrency_key: str | None = None) -> Self:
         """This task with other options for the calls made through it, as Django's
         ``Task.using()``: ``encode.using(priority=10).enqueue(video_id=42)``. With a
         ``unique_key``, enqueue returns the id of the task of this queue already waiting with
         that key (or running, with ``unique_until="end"``), if any, and writes nothing; a
-        higher priority raises the waiting task's."""
+        higher priority raises the waiting task's. With ``depends_on`` (task ids), the task
+        waits until they all completed; one that fails cancels it, unless ``allow_failure``.
+        Tasks of one ``concurrency_key`` run at most the queue's MAX_RUNNING_PER_KEY at once."""
         engine.priority_field(priority)
         other = copy.copy(self)
         other.priority = priority if priority is not None else self.priority
-        other._unique = engine.unique_fields(unique_key, unique_until)
+        other._chosen = {**engine.unique_fields(unique_key, unique_until),
+                         **dependency_fields(depends_on, allow_failure),
+                         **concurrency_fields(concurrency_key)}
         return other
+
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """This task with its arguments bound (checked now), as a step of a workflow:
+        ``chain(download.s(url), publish.s())`` (see workflows.py)."""
+        from .workflows import Signature
+
+        return Signature(self, args, kwargs)
 
     def task_fields(self) -> dict[str, float | str]:
         """The task hash's policy fields (retries, backoff, timeout and retention: its
-        decorator options over the queue's and the global settings), its priority and its
-        unique key (see using())."""
+        decorator options over the queue's and the global settings), its priority, and the
+        fields using() chose (unique key, dependencies, concurrency key)."""
         merged = get_settings().policy(self.queue)
         merged.update(self._policy)
         return {**engine.policy_fields(**merged), **engine.priority_field(self.priority),
-                **self._unique}
+                **self._chosen}
 
     def encode(self, args: tuple[object, ...], kwargs: Mapping[str, object]) -> str:
         """The wire parameters for a call: checked against the signature and JSON-encoded, or
@@ -192,6 +243,7 @@ class BluequeTask(Generic[P, R]):
                         f"; it takes {self.name}{self.signature}")
         return None
 
+    @reaching_redis()
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """Run the task in a listener; returns its id at once."""
         parameters = self.encode(args, kwargs)
@@ -200,6 +252,7 @@ class BluequeTask(Generic[P, R]):
         return self._write(parameters, lambda new_id: get_client().protocol.enqueue(
             self.queue, [parameters], self.task_fields(), [new_id])[0])
 
+    @reaching_redis()
     def schedule(self, eta: float | datetime.datetime | datetime.timedelta, *args: P.args,
                  **kwargs: P.kwargs) -> str:
         """Run the task at ``eta`` (aware datetime, timedelta from now, or Unix time)."""
@@ -222,13 +275,14 @@ class BluequeTask(Generic[P, R]):
     def enqueue_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> str:
         """Enqueue when the current transaction of database ``using`` commits (nothing on
         rollback); returns the task's id at once, so a view can link to it."""
-        if self._unique:
+        if "unique_key" in self._chosen:
             raise ValueError(f"{self.name}: a unique task cannot be enqueued on commit (its id "
                              "is only known once its key is checked): call enqueue() then")
         parameters = self.encode(args, kwargs)
         task_id = (str(uuid.uuid4()) if get_settings().eager
                    else get_client().keys.new_task_id(self.queue))
 
+        @reaching_redis()
         def write() -> None:
             if get_settings().eager:
                 self._run_eagerly(parameters, task_id)
@@ -259,6 +313,8 @@ class BluequeTask(Generic[P, R]):
         except TypeError as exc:
             raise TypeError(f"parameters do not match {self.name}{self.signature}: {exc}"
                             ) from None
+        if current_task():
+            current_task().decode_result = decode_result
         return encode_json(self.func(**arguments), f"{self.name}: the result")
 
     def _run_eagerly(self, parameters: str, task_id: str | None = None) -> str:
@@ -288,21 +344,24 @@ def blueque_task(func: Callable[P, R], *,
                  backoff: float | None = None, timeout: float | None = None,
                  retention: float | None = None,
                  periodic: float | datetime.timedelta | None = None, cron: str | None = None,
-                 priority: int | None = None) -> BluequeTask[P, R]: ...
+                 priority: int | None = None, memory_limit: str | int | None = None,
+                 cpu_limit: float | None = None) -> BluequeTask[P, R]: ...
 @overload
 def blueque_task(func: None = None, *,
                  queue: str | None = None, raw: bool = False, retries: int | None = None,
                  backoff: float | None = None, timeout: float | None = None,
                  retention: float | None = None,
                  periodic: float | datetime.timedelta | None = None, cron: str | None = None,
-                 priority: int | None = None
+                 priority: int | None = None, memory_limit: str | int | None = None,
+                 cpu_limit: float | None = None
                  ) -> Callable[[Callable[P, R]], BluequeTask[P, R]]: ...
 def blueque_task(func: Callable[P, R] | None = None, *,
                  queue: str | None = None, raw: bool = False, retries: int | None = None,
                  backoff: float | None = None, timeout: float | None = None,
                  retention: float | None = None,
                  periodic: float | datetime.timedelta | None = None, cron: str | None = None,
-                 priority: int | None = None
+                 priority: int | None = None, memory_limit: str | int | None = None,
+                 cpu_limit: float | None = None
                  ) -> BluequeTask[P, R] | Callable[[Callable[P, R]], BluequeTask[P, R]]:
     """Register a function as the task of one queue.
 
@@ -311,11 +370,13 @@ def blueque_task(func: Callable[P, R] | None = None, *,
     ``retries``, ``backoff``, ``timeout`` and ``retention`` override the settings; ``periodic``
     (seconds or timedelta) or ``cron`` makes bq_schedule enqueue it on a schedule.
     ``priority`` (-100..100, higher first) is the default of ``.using(priority=...)``.
+    ``memory_limit`` (bytes, or a size such as ``"2G"``) and ``cpu_limit`` (seconds) bound
+    its task process, over the queue's MEMORY_LIMIT and CPU_LIMIT settings.
     """
 
     def register(function: Callable[P, R]) -> BluequeTask[P, R]:
         task = BluequeTask(function, queue, raw, retries, backoff, timeout, retention,
-                           periodic, cron, priority)
+                           periodic, cron, priority, memory_limit, cpu_limit)
         existing = _registry.get(task.queue)
         if existing is not None and existing.func is not function:
             if existing.name == task.name:
@@ -348,6 +409,9 @@ def run_task(task: engine.Task) -> object:
                               attempt=running.attempt if running else 1)
     try:
         return registered.run_wire(task)
+    except BaseException as exc:
+        tracing.record_failure(exc)
+        raise
     finally:
         connections.close_all()
 
@@ -356,6 +420,7 @@ def task_ended(task: engine.Task, outcome: str, value: object, error_type: str |
                ) -> None:
     """After the engine recorded a task's end: send the matching signal."""
     registered = _registry.get(task.queue or "")  # a hash without a queue: None
+    tracing.record_outcome(outcome, value)
     if outcome == "complete":
         signals.task_succeeded.send(registered, task_id=task.id, result=value)
     elif outcome == "retry":

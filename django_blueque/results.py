@@ -10,6 +10,7 @@ from .core.keys import FINISHED
 from .core.protocol import now
 from .core.task import TaskFields
 from .core.values import ErrorEntry, error_code, error_fields
+from .unreachable import reaching_redis
 
 _eager_tasks: dict[str, Task] = {}
 
@@ -74,6 +75,7 @@ class TaskResult(TaskFields):
         return self
 
 
+@reaching_redis()
 def _read(task_id: str) -> Task:
     if task_id in _eager_tasks:
         return _eager_tasks[task_id]

@@ -10,11 +10,22 @@ from dataclasses import dataclass, field
 from django.utils.translation import pgettext_lazy
 
 from .core import keys as k
-from .core.protocol import HEARTBEAT_TTL
+from .core.timings import DEFAULT as TIMINGS
 from .core.values import finite_number
+
+FIRST_TIME, LAST_TIME = -62135596800.0, 253402300799.0
+"""The first and the last second a date can show (years 1 and 9999, UTC)."""
+
+
+def unix_time(value: object) -> float | None:
+    """A Unix time a page can show as a date, else None: not a number, inf, NaN, or outside
+    the years 1 to 9999 (an ETA of 1e300 a foreign producer wrote, say)."""
+    seconds = finite_number(value)
+    return seconds if seconds is not None and FIRST_TIME <= seconds <= LAST_TIME else None
 
 STATES = (k.SCHEDULED, k.PENDING, k.RESERVED, k.STARTED, k.COMPLETE, k.FAILED)
 STATE_LABELS = {
+    k.WAITING: pgettext_lazy("task state", "waiting"),
     k.SCHEDULED: pgettext_lazy("task state", "scheduled"),
     k.PENDING: pgettext_lazy("task state", "pending"),
     k.RESERVED: pgettext_lazy("task state", "reserved"),
@@ -99,10 +110,11 @@ class ListenerRow:
     @property
     def beat(self):
         """Time of the last heartbeat: each beat pushes the expiry its lease ahead (the info
-        hash's ``lease``: longer while idle; HEARTBEAT_TTL for a listener that does not say);
+        hash's ``lease``: longer while idle; the default heartbeat for a listener that does not
+        say);
         None for an expiry no listener of ours writes, such as -inf."""
         if self.expires is not None:
-            lease = finite_number(self.info.get("lease")) or HEARTBEAT_TTL
+            lease = finite_number(self.info.get("lease")) or TIMINGS.heartbeat
             return finite_number(self.expires - lease)
         return finite_number(self.info.get("beat"))
 
@@ -233,6 +245,9 @@ class QueueStats:
     now: float = 0.0
     throughput: list = field(default_factory=list)  # see throughput()
     frequent_errors: list = field(default_factory=list)  # see frequent_errors()
+    waiting: int = 0  # tasks waiting for their dependencies (not in counts: 1.0 has no such state)
+    held: int = 0  # pending tasks set aside while their concurrency key is full (not in counts)
+    limits: dict = field(default_factory=dict)  # Settings.admission(): this site's, per queue
 
     @property
     def ended_last_hour(self):
@@ -262,6 +277,12 @@ class QueueStats:
         return self.listeners_of("v1")
 
     @property
+    def unserved(self):
+        """Tasks wait and no listener is alive to take them (none started, or none with the
+        task registered: a task module not named tasks.py is never imported)."""
+        return self.counts["pending"] > 0 and not self.live and not self.v1
+
+    @property
     def count_list(self):
         return [(state, self.counts[state]) for state in STATES]
 
@@ -285,6 +306,10 @@ class Overview:
         return [listener for queue in self.queues for listener in queue.listeners]
 
     @property
+    def unserved(self):
+        return [queue for queue in self.queues if queue.unserved]
+
+    @property
     def listener_groups(self):
         return group_listeners(self.listeners)
 
@@ -300,8 +325,10 @@ class Overview:
             "time": self.now,
             "queues_total": self.total, "page": self.page, "pages": self.pages,
             "queues": [{
-                "name": queue.name, "task": queue.task,
-                "counts": queue.counts, "oldest_pending_age": queue.oldest_pending_age,
+                "name": queue.name, "task": queue.task, "unserved": queue.unserved,
+                "counts": queue.counts, "waiting": queue.waiting, "held": queue.held,
+                "limits": queue.limits,
+                "oldest_pending_age": queue.oldest_pending_age,
                 "listeners": {"live": len(queue.live), "stale": len(queue.stale),
                               "v1": len(queue.v1)},
                 "bulk_jobs": [job.as_dict() for job in queue.jobs],

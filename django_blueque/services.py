@@ -4,6 +4,7 @@ from the settings and the registry. The commands only parse arguments and call t
 import datetime
 import logging
 import time
+from typing import Any
 
 import redis
 from croniter import croniter
@@ -12,8 +13,15 @@ from django.utils import timezone
 from .conf import get_client, get_settings
 from .core import ForkingRunner, bulk, enqueue_due_tasks, reap
 from .core.maintenance import RECHECK_SECONDS, Reaper
-from .core.outages import Outage
-from .registry import close_connections_before_fork, registered_tasks, run_task, task_ended
+from .core.outages import Outage, is_transient
+from .logs import install_task_context
+from .observability import observed_run
+from .registry import (
+    close_connections_before_fork,
+    registered_tasks,
+    run_task,
+    task_ended,
+)
 
 logger = logging.getLogger("django_blueque.scheduler")
 reaper_logger = logging.getLogger("django_blueque.reaper")
@@ -25,21 +33,32 @@ def reap_once(dry_run=False):
     actions = reap(get_client(), policy=get_settings().policy, dry_run=dry_run)
     if not dry_run:
         bulk.advance_jobs(get_client())
+        settle_left(get_client())
     return actions
+
+
+def settle_left(client):
+    """Settle the dependents ends left to do (see Protocol.workflows.settle_left); a key of
+    the wrong type is logged, and the reaper goes on."""
+    try:
+        client.protocol.workflows.settle_left()
+    except redis.ResponseError as exc:
+        reaper_logger.warning("dependents not settled: %s", exc)
 
 
 class ReaperLoop:
     """The reaper as a loop's step: one Reaper that remembers what it saw between passes (it
-    acts on a lapsed lease only once seen lapsed long enough), and a step of the admin's bulk
-    jobs. ``report(actions)`` gets what each pass did."""
+    acts on a lapsed lease only once seen lapsed long enough), a step of the admin's bulk
+    jobs, and the dependents left to settle. ``report(actions)`` gets what each pass did."""
 
     def __init__(self, report):
-        self.reaper = Reaper(get_client(), policy=get_settings().policy)
+        self.reaper = Reaper(get_client().protocol, policy=get_settings().policy)
         self.report = report
 
     def __call__(self):
         self.report(self.reaper.reap())
         bulk.advance_jobs(get_client())
+        settle_left(get_client())
 
     def sooner(self):
         """Look again soon while a lapsed lease is being watched."""
@@ -62,22 +81,44 @@ def latest_due(periodic, at):
 
 def enqueue_periodic(at=None):
     """Enqueue each periodic task once per due time, exactly once however many schedulers run:
-    the due time is claimed and the task written in one transaction (Protocol.enqueue_periodic).
-    After downtime only the latest missed run is made (no burst of catch-up runs); the first
-    time a task is seen, its current due time is recorded without running it."""
+    the due time is claimed and the task written in one transaction
+    (Protocol.upkeep.enqueue_periodic). After downtime only the latest missed run is made (no
+    burst of catch-up runs); the first time a task is seen, its current due time is recorded
+    without running it."""
     client = get_client()
     at = time.time() if at is None else at
     started = []
     for task in registered_tasks().values():
         if task.periodic is None:
             continue
-        ids = client.protocol.enqueue_periodic(
-            task.queue, latest_due(task.periodic, at),
-            make_task=lambda task=task: (task.encode((), {}), task.task_fields()))
+        try:
+            ids = client.protocol.upkeep.enqueue_periodic(
+                task.queue, latest_due(task.periodic, at),
+                make_task=lambda task=task: (task.encode((), {}), task.task_fields()))
+        except Exception as exc:
+            if is_transient(exc):
+                raise  # Redis away: the loop waits it out for every task alike
+            _periodic_failed(task, exc)  # this task's own fault: a key, its code, its cron
+            continue
+        if _failing_periodic.pop(task.queue, None):
+            logger.warning("periodic task %s works again", task)
         if ids:
             logger.info("periodic task %s enqueued as %s", task.name, ids[0])
             started.append(ids[0])
     return started
+
+
+_failing_periodic: dict[str, str] = {}
+"""{queue: the error last logged for its periodic task}: a failure is logged once per change,
+not on every pass."""
+
+
+def _periodic_failed(task, exc):
+    """One bad periodic task is skipped and the others still run (issue 38)."""
+    problem = f"{type(exc).__name__}: {exc}"
+    if _failing_periodic.get(task.queue) != problem:
+        _failing_periodic[task.queue] = problem
+        logger.error("periodic task %s skipped: %s", task, problem, exc_info=exc)
 
 
 def next_periodic_runs(at=None):
@@ -129,10 +170,23 @@ def run_loop(step, interval, stop, name="scheduler"):
             time.sleep(min(0.1, pause))
 
 
+def run_policy(queue: str) -> dict[str, Any]:
+    """What a listener applies to a run of ``queue``: its settings' policy, limits,
+    admission (MAX_RUNNING...) and lease, and the limits its @blueque_task gives (over its
+    queue's)."""
+    conf = get_settings()
+    registered = registered_tasks().get(queue)
+    return {**conf.policy(queue), **conf.limits(queue), **conf.admission(queue),
+            **conf.lease(queue),
+            **(registered.limits if registered else {})}
+
+
 def build_listener(queues, concurrency=None, burst=False, max_tasks=None, duties=False):
     """A ForkingRunner on ``queues`` running the registered functions. With ``duties`` the
-    listener also runs the scheduler and the reaper (enough for a one-machine deployment)."""
+    listener also runs the scheduler and the reaper (enough for a one-machine deployment).
+    Each run is observed (observability.py) and its log records name it (logs.py)."""
     conf = get_settings()
+    install_task_context()
     periodic_duties = None
     if duties:
         reaper = ReaperLoop(lambda actions: [reaper_logger.info("%s", action)
@@ -151,6 +205,7 @@ def build_listener(queues, concurrency=None, burst=False, max_tasks=None, duties
 
     return ForkingRunner(
         get_client(), queues, run_task, concurrency or conf.concurrency, burst=burst,
-        max_tasks=max_tasks, kill_grace=conf.kill_grace, policy=conf.policy,
+        max_tasks=max_tasks, kill_grace=conf.kill_grace, policy=run_policy,
         duties=periodic_duties, duties_interval=conf.scheduler_interval,
-        before_fork=close_connections_before_fork, on_task_end=task_ended)
+        before_fork=close_connections_before_fork, on_task_end=task_ended,
+        around_task=observed_run)

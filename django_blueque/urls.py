@@ -6,7 +6,8 @@ the same pages at its own path, if it comes before ``admin.site.urls`` (whose ca
 answers 404 for everything below ``admin/``; the system check blueque.W001 says so). The
 pages then link to that path (mount.py).
 
-Queue names go in query strings (a queue name may hold any character but a space)."""
+A queue's page is the dashboard's URL with the queue's name in the query string (a queue name
+may hold any character but a space): ``/admin/django_blueque/queue/?name=video.encode``."""
 
 from django.urls import path
 
@@ -16,7 +17,6 @@ from .views import api
 app_name = "blueque"
 pages = [
     path("", views.dashboard, name="dashboard"),
-    path("queue/", views.queue, name="queue"),
     path("listeners/", views.listeners, name="listeners"),
     path("find/", views.find, name="find"),
     path("tasks/<str:task_id>/", views.task, name="task"),
@@ -33,6 +33,7 @@ pages = [
     path("api/counts/", api.counts, name="api_counts"),
     path("api/tasks/", api.tasks, name="api_tasks"),
     path("api/tasks/<str:task_id>/", api.task, name="api_task"),
+    path("api/workflows/<str:workflow_id>/", api.workflow, name="api_workflow"),
     path("api/actions/", api.task_actions, name="api_actions"),
     path("api/bulk/", api.bulk, name="api_bulk"),
 ]

@@ -1,11 +1,12 @@
+import os
 import signal
 
 import pytest
 import redis
 
+from devtools.redis_cluster import LocalCluster
+from devtools.servers import RedisServer
 from django_blueque.core.context import set_current_task
-from tests.redis_cluster import LocalCluster
-from tests.redis_server import RedisServer, external_url
 
 
 def pytest_configure(config):
@@ -17,12 +18,33 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+LONGEST_FIRST = (("soak",), ("slow", "interop", "browser", "docs"))
+
+
+def pytest_collection_modifyitems(items):
+    """The minutes-long tests first, then the slow ones, then the rest (each group in its
+    usual order): xdist workers hand tests out in this order, so the long ones start at once
+    instead of running alone at the end while the other workers sit idle."""
+    def rank(item):
+        for position, marks in enumerate(LONGEST_FIRST):
+            if any(item.get_closest_marker(mark) for mark in marks):
+                return position
+        return len(LONGEST_FIRST)
+
+    items.sort(key=rank)
+
+
 @pytest.fixture(autouse=True)
 def no_task_left_running():
     """A test that starts a task through the 1.0 API in its own process and never records its
     end leaves it as this process's current task; the next test must start without one."""
     yield
     set_current_task(None)
+
+
+def external_url():
+    """A Redis URL given by the environment (BLUEQUE_TEST_REDIS_URL); the tests flush its db."""
+    return os.environ.get("BLUEQUE_TEST_REDIS_URL")
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,12 @@ class Driver:
     def enqueue(self, params):
         return self.queue.enqueue(params)
 
+    def end_key(self, task_id):
+        return f"blueque_task_{task_id}"
+
+    def ended(self, redis, task_id):
+        return redis.hget(self.end_key(task_id), "status") == b"complete"
+
     def listen(self):
         ForkingRunner(self.client, common.QUEUE, _callback).run()
 

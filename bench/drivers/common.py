@@ -25,6 +25,10 @@ QUEUE = "bench"
 # and lets the measuring process block on it with BLPOP.
 MARKS = "bench:marks"
 URL_ENV = "BENCH_REDIS_URL"
+LONG = "long-"
+"""Parameters starting with this name a task that, after its mark, sleeps LONG_SECONDS: the
+task of the "overhead on a task of 1 s" row."""
+LONG_SECONDS = 1.0
 
 def task_body(params):
     """The benchmark task: record when the task code started running, nothing more.
@@ -42,6 +46,8 @@ def task_body(params):
     with socket.create_connection((url.hostname, url.port or 6379)) as conn:
         conn.sendall(command)
         conn.recv(64)  # ":<length>\r\n"
+    if params.startswith(LONG):
+        time.sleep(LONG_SECONDS)
     return ""
 
 
@@ -92,6 +98,52 @@ def pickup_latency(driver, marks, samples, min_pause, jitter, timeout):
     return {"latencies": latencies}
 
 
+def long_overhead(driver, marks, samples, min_pause, jitter, timeout):
+    """What a task of LONG_SECONDS costs beyond its own second, one task at a time with the
+    listener idle before each: from just before the enqueue call to the moment the end is
+    recorded in Redis, less the second.
+
+    The moment the end is recorded is the system's own: Redis's keyspace notification of a
+    write to the key the driver names (``end_key``: our task hash, RQ's job hash, huey's
+    results hash, the floor's list of ends), timed as it arrives here, the first after which
+    the driver's ``ended`` reads the end. The task's mark splits it into the pickup and the rest
+    (the second's end to the end recorded, and the process's way out before it).
+    """
+    marks.delete(MARKS)
+    db = marks.connection_pool.connection_kwargs.get("db", 0)
+    marks.config_set("notify-keyspace-events", "KA")
+    watch = marks.pubsub(ignore_subscribe_messages=True)
+    totals, pickups = [], []
+    try:
+        for i in range(samples):
+            time.sleep(min_pause + random.uniform(0, jitter))
+            params = f"{LONG}{i}"
+            enqueued = time.time()
+            handle = driver.enqueue(params)
+            watch.subscribe(f"__keyspace@{db}__:{driver.end_key(handle)}")
+            deadline = time.monotonic() + LONG_SECONDS + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SystemExit(f"task {params} did not end within {timeout} s of its "
+                                     f"second")
+                if watch.get_message(timeout=left) is None:
+                    continue
+                seen = time.time()
+                if driver.ended(marks, handle):
+                    break
+            watch.unsubscribe()
+            got, started, _ = marks.blpop([MARKS], timeout=timeout)[1].decode().split()
+            if got != params:
+                raise SystemExit(f"expected the mark of {params}, got {got}")
+            totals.append(seen - enqueued)
+            pickups.append(float(started) - enqueued)
+    finally:
+        watch.close()
+        marks.config_set("notify-keyspace-events", "")
+    return {"totals": totals, "pickups": pickups, "seconds": LONG_SECONDS}
+
+
 def fork_throughput(driver, marks, n, batch, timeout, listeners=1):
     """n no-op tasks through ``listeners`` listener processes, timed from task start to task
     start once every listener has started one.
@@ -139,12 +191,13 @@ def fork_throughput(driver, marks, n, batch, timeout, listeners=1):
 def main(driver_class):
     """Command line shared by all drivers: `python drivers/X.py ROLE REDIS_URL [options]`."""
     parser = argparse.ArgumentParser(description=driver_class.__doc__)
-    parser.add_argument("role", choices=["info", "listen", "enqueue", "latency", "throughput"])
+    parser.add_argument("role", choices=["info", "listen", "enqueue", "latency", "long",
+                                         "throughput"])
     parser.add_argument("url", help="redis://host:port/db of a Redis the benchmark may flush")
     parser.add_argument("-n", type=int, default=5000, help="tasks (enqueue, throughput)")
     parser.add_argument("--rounds", type=int, default=3, help="enqueue rounds, drains")
     parser.add_argument("--batch", type=int, default=100, help="tasks per batched enqueue call")
-    parser.add_argument("--samples", type=int, default=60, help="latency samples")
+    parser.add_argument("--samples", type=int, default=60, help="latency (and long) samples")
     parser.add_argument("--min-pause", type=float, default=0.1, help="idle seconds before a sample")
     parser.add_argument("--jitter", type=float, default=1.0, help="random extra idle seconds")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for tasks")
@@ -166,12 +219,16 @@ def main(driver_class):
     marks = redis.Redis.from_url(args.url)
     if args.role == "info":
         result = {"version": driver.version, "redis_py": redis.__version__,
-                  "hiredis": redis.utils.HIREDIS_AVAILABLE, "batch": driver.has_batch}
+                  "hiredis": redis.utils.HIREDIS_AVAILABLE, "batch": driver.has_batch,
+                  "source": getattr(driver, "source", None)}
     elif args.role == "enqueue":
         result = enqueue_rates(driver, args.n, args.rounds, args.batch)
     elif args.role == "latency":
         result = pickup_latency(driver, marks, args.samples, args.min_pause, args.jitter,
                                 args.timeout)
+    elif args.role == "long":
+        result = long_overhead(driver, marks, args.samples, args.min_pause, args.jitter,
+                               args.timeout)
     else:
         drains = [fork_throughput(driver, marks, args.n, args.batch, args.timeout,
                                   args.listeners) for _ in range(args.rounds)]

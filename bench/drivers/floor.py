@@ -32,7 +32,14 @@ class Driver:
         self.redis = url_redis(url, socket_timeout=None)
 
     def enqueue(self, params):
-        return self.redis.lpush(PENDING, params)
+        self.redis.lpush(PENDING, params)
+        return params
+
+    def end_key(self, params):
+        return ENDED
+
+    def ended(self, redis, params):
+        return params.encode() in redis.lrange(ENDED, 0, -1)
 
     def enqueue_many(self, params):
         return self.redis.lpush(PENDING, *params)

@@ -39,6 +39,12 @@ class Driver:
     def enqueue(self, params):
         return self.task(params)
 
+    def end_key(self, result):
+        return self.huey.storage.result_key  # one hash, the task's id its field
+
+    def ended(self, redis, result):
+        return redis.hexists(self.end_key(result), result.id)
+
     def listen(self, concurrency=1):
         # WARNING, as for RQ: the other systems log nothing per task either. One thread worker,
         # like the other systems' listeners at concurrency 1. SIGTERM is huey's immediate stop

@@ -1,9 +1,11 @@
 """django_blueque's engine, run from this checkout with the interpreter that runs the benchmark."""
 
+import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# BENCH_ENGINE: another checkout's engine, measured by this harness (run.py --engine)
+sys.path.insert(0, os.environ.get("BENCH_ENGINE") or str(Path(__file__).resolve().parents[2]))
 
 import common  # noqa: E402
 
@@ -20,6 +22,7 @@ class Driver:
 
     has_batch = True
     version = django_blueque.__version__
+    source = str(Path(django_blueque.__file__).resolve().parents[1])  # the checkout measured
 
     def __init__(self, url):
         self.client = Client(url)
@@ -30,6 +33,12 @@ class Driver:
 
     def enqueue_many(self, params):
         return self.queue.enqueue_many(params)
+
+    def end_key(self, task_id):
+        return f"blueque_task_{task_id}"
+
+    def ended(self, redis, task_id):
+        return redis.hget(self.end_key(task_id), "status") == b"complete"
 
     def listen(self, concurrency=1):
         ForkingRunner(self.client, common.QUEUE, _callback, concurrency=concurrency).run()

@@ -30,6 +30,12 @@ class Driver:
             pipe.execute()
         return jobs
 
+    def end_key(self, job):
+        return job.key.decode() if isinstance(job.key, bytes) else job.key  # bytes before RQ 2
+
+    def ended(self, redis, job):
+        return redis.hget(job.key, "status") == b"finished"
+
     def listen(self):
         # WARNING keeps RQ from logging two lines per job; the other systems log nothing either.
         Worker([self.queue], connection=self.redis).work(logging_level="WARNING")

@@ -9,11 +9,20 @@ from pathlib import Path
 
 import redis
 
+from devtools.servers import answers, wait_for
+
 from .ledger import read_events
-from .servers import descendants_of, wait_for_ping, waiting_for_its_task
+from .load import LONG_KINDS
+from .servers import descendants_of
 
 LEASE = 15.0  # the engine's listener and task lease, which the long stops must outlast
-QUEUES = ("soak.short", "soak.sleep", "soak.eta", "soak.flaky", "soak.doomed")
+IDLE_WAIT = 60.0
+"""How long idle_listener_stop waits for a listener without a task process. The backlog the
+earlier faults leave (Redis or a listener stopped while sleeping tasks keep coming) keeps every
+listener busy until it drains: with the limits' tasks added, a short soak (seed 873549) found
+none within 30 s of t+75, one after 33 s."""
+QUEUES = ("soak.short", "soak.sleep", "soak.eta", "soak.flaky", "soak.doomed", "soak.gil",
+          "soak.step", "soak.limited", "soak.keyed", "soak.checkpoint")
 
 
 class Faults:
@@ -21,16 +30,18 @@ class Faults:
     listeners, side channel and the records the ledger reads."""
 
     KINDS = ("listener_kill", "task_kill", "listener_term", "listener_hup", "listener_stop",
-             "redis_kill", "redis_stop", "client_kill", "redis_oom", "spare_kill", "node_kill",
-             "skewed_node_kill")
+             "redis_kill", "redis_stop", "client_kill", "redis_oom", "task_stop",
+             "idle_listener_stop", "node_kill", "skewed_node_kill")
     SENTINEL_KINDS = ("failover",)
+    SINGLE_REDIS_KINDS = ("task_partition",)  # through the proxy in front of the one Redis
 
     def __init__(self, soak):
         self.soak = soak
         self.rng = soak.fault_rng
 
     def kinds(self):
-        return self.KINDS + (self.SENTINEL_KINDS if self.soak.redis.sentinel else ())
+        return self.KINDS + (self.SENTINEL_KINDS if self.soak.redis.sentinel
+                             else self.SINGLE_REDIS_KINDS)
 
     def run(self, kind):
         return getattr(self, kind)()
@@ -133,13 +144,13 @@ class Faults:
         return f"SIGHUP {listener.name} (pid {listener.pid})"
 
     def _await_long_runs(self, listeners=None, timeout=15.0):
-        """Wait (a while) for a sleeping task to be running, so that a fault on leases meets
-        one; with ``listeners``, in a process of one of them, which is returned (a random one
-        if none runs one in time)."""
+        """Wait (a while) for a task of seconds (LONG_KINDS) to be running, so that a fault on
+        leases meets one; with ``listeners``, in a process of one of them, which is returned
+        (a random one if none runs one in time)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             sleeping = {pid for pid, task_id in self._running_tasks().items()
-                        if self.soak.kind_of(task_id) == "sleep"}
+                        if self.soak.kind_of(task_id) in LONG_KINDS}
             if listeners is None and sleeping:
                 return None
             busy = [p for p in listeners or () if sleeping & set(descendants_of(p.pid))]
@@ -160,6 +171,35 @@ class Faults:
         os.kill(pid, signal.SIGCONT)
         self.soak.stops.append((pid, at, time.time()))
         return f"SIGSTOP {listener.name} (pid {pid}) for {seconds:.1f} s, then SIGCONT"
+
+    def idle_listener_stop(self):
+        """SIGSTOP a listener that runs no task (one that has waited idle on its peeks) past a
+        lease, then SIGCONT: the tasks that come meanwhile go to the other listeners, and the
+        stopped one takes none it cannot run."""
+        began = time.monotonic()
+        deadline = began + IDLE_WAIT
+        idle = []
+        while time.monotonic() < deadline and not idle:
+            idle = [p for p in self._listeners() if not descendants_of(p.pid)
+                    and time.time() - p.runs[-1][1] > 5]
+            if not idle:
+                time.sleep(0.1)
+        if not idle:
+            return "SIGSTOP of an idle listener: none was idle"
+        listener = self.rng.choice(idle)
+        waited = time.monotonic() - began
+        seconds = self.rng.uniform(LEASE + 2, LEASE + 5)
+        pid, at = listener.pid, time.time()
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(seconds)
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:  # it was exiting on its own: refusing to start, Redis away
+            return (f"SIGSTOP idle {listener.name} (pid {pid}): it was exiting on its own "
+                    f"(see 'refused to start')")
+        self.soak.stops.append((pid, at, time.time()))
+        return (f"SIGSTOP idle {listener.name} (pid {pid}) for {seconds:.1f} s, then SIGCONT "
+                f"(idle found after {waited:.1f} s)")
 
     def _running_tasks(self):
         """{pid: task id} of task processes running now (a start and no end in the side
@@ -225,33 +265,41 @@ class Faults:
                 if self._kill_task_process(pid, running[pid])]
         return f"SIGKILL task process(es): {', '.join(done) or 'they had ended'}"
 
-    def spare_kill(self):
-        """SIGKILL a listener's idle pre-forked task process: a process under bq_listen (its
-        child, or its fork server's) sleeping on its hand-over socket, with no start in the
-        side channel."""
-        deadline = time.monotonic() + 30  # none in a burst or while stopping: wait
-        while time.monotonic() < deadline:
-            known = {event.pid for event in read_events(self.soak.events_path)}
-            spares = [(pid, listener) for listener in self._listeners()
-                      for pid in descendants_of(listener.pid)
-                      if pid not in known and waiting_for_its_task(pid)]
-            if spares:
-                pid, listener = self.rng.choice(spares)
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    continue
-                time.sleep(1.0)  # had it just been handed a task? then that task was hit
-                started = [e.task_id for e in read_events(self.soak.events_path)
-                           if e.kind == "start" and e.pid == pid]
-                for task_id in started:
-                    with self.soak.lock:
-                        self.soak.killed.setdefault(task_id, set()).add(pid)
-                    self._displace([task_id], time.time() - 1.0)
-                return (f"SIGKILL the idle spare process (pid {pid}) of {listener.name}"
-                        + (f"; it had just taken task {started[0]}" if started else ""))
+    def task_stop(self):
+        """SIGSTOP a running task process for longer than a lease, then SIGCONT: a task whose
+        own process cannot run (a C call holding its GIL, swapped out) keeps its lease while
+        its listener lives, and runs once."""
+        deadline = time.monotonic() + 15
+        while not (running := self._running_tasks()) and time.monotonic() < deadline:
             time.sleep(0.3)
-        return "SIGKILL of a spare process: no listener had one"
+        if not running:
+            return "SIGSTOP of a task process: none was running"
+        pid = self.rng.choice(sorted(running))
+        seconds = self.rng.uniform(LEASE + 2, LEASE + 7)
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return f"SIGSTOP of task process {pid}: it had ended"
+        time.sleep(seconds)
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        return f"SIGSTOP task process {running[pid]} (pid {pid}) for {seconds:.1f} s, then SIGCONT"
+
+    def task_partition(self):
+        """Hold every connection of listener-0's task processes (its own spared) for longer
+        than a lease, at the proxy on their way to Redis: a partition only they are behind.
+        Their listener renews their leases, so nothing is recovered; each task runs once and
+        records its end when the partition heals."""
+        listener = self.soak.listeners[0]
+        self._await_long_runs([listener])
+        seconds = self.rng.uniform(LEASE + 2, LEASE + 7)
+        self.soak.proxy.hold_all(spared=listener.pid)
+        time.sleep(seconds)
+        self.soak.proxy.heal()
+        return (f"held the task processes of {listener.name} (pid {listener.pid} spared) from "
+                f"Redis for {seconds:.1f} s")
 
     # -- Redis --------------------------------------------------------------------------------
 
@@ -267,7 +315,7 @@ class Faults:
         server.kill()
         down = self.rng.uniform(0.5, 3.0)
         time.sleep(down)
-        server.args = role_args
+        server.extra_args = role_args
         server.start()
         self._outage(start)
         return (f"SIGKILL redis-server {server.name} (pid {server.pid}), restarted after "
@@ -282,7 +330,7 @@ class Faults:
             info = redis.Redis(port=server.port, socket_timeout=2,
                                decode_responses=True).info("replication")
         except redis.RedisError:
-            return server.args
+            return server.extra_args
         if info.get("role") == "master":
             return []
         return ["--replicaof", str(info["master_host"]), str(info["master_port"])]
@@ -344,7 +392,7 @@ class Faults:
         while self.soak.redis.primary() is old and time.monotonic() < deadline:
             time.sleep(0.2)
         new = self.soak.redis.primary()
-        wait_for_ping(new.port)
+        wait_for(lambda: answers(new.port), message=f"{new.name} to answer")
         self._outage(start)
         return (f"SENTINEL FAILOVER: {old.name} -> {new.name} in {time.time() - start:.1f} s"
                 if new is not old else "SENTINEL FAILOVER: no new primary within 60 s")

@@ -2,11 +2,8 @@
 Sentinels), and the supervised ``manage.py`` commands, restarted when they exit. Every process
 gets SIGTERM from the kernel if the harness dies (PR_SET_PDEATHSIG), so none outlives it."""
 
-import ctypes
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,94 +12,15 @@ from pathlib import Path
 
 import redis
 
-PR_SET_PDEATHSIG = 1
+from devtools.redis_sentinel import sentinel_config
+from devtools.servers import RedisServer, die_with_parent, free_port
 
 
-def _die_with_parent():
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def free_port():
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in (6379, 26379):  # never where someone's real Redis or Sentinel lives
-            return port
-
-
-def wait_for_ping(port, timeout=20.0, proc=None):
-    client = redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=2)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.BusyLoadingError:
-                pass  # loading its AOF: not ready yet
-            except (redis.ConnectionError, redis.TimeoutError):
-                if proc is not None and proc.poll() is not None:
-                    raise RuntimeError(f"redis-server on port {port} exited") from None
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server on port {port} did not answer in {timeout} s")
-            time.sleep(0.05)
-    finally:
-        client.close()
-
-
-class RedisProcess:
-    """One redis-server (or Sentinel) in its own directory, restartable on the same port and
-    data, and signalled by the fault injector."""
-
-    def __init__(self, workdir, name, args=(), sentinel_conf=None):
-        self.binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        self.port = free_port()
-        self.dir = Path(workdir) / name
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.name = name
-        self.args = list(args)
-        self.sentinel_conf = sentinel_conf
-        self.proc = None
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def argv(self):
-        if self.sentinel_conf is not None:
-            conf = self.dir / "sentinel.conf"
-            conf.write_text(f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
-                            + self.sentinel_conf)
-            return [self.binary, str(conf), "--sentinel"]
-        return [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-                str(self.dir), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-                "--daemonize", "no", *self.args]
-
-    def start(self):
-        log = open(self.dir / "server.log", "ab")  # the child keeps its own copy
-        self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=log,
-                                     preexec_fn=_die_with_parent, start_new_session=True)
-        log.close()
-        wait_for_ping(self.port, proc=self.proc)
-        return self
-
-    def kill(self):
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def signal(self, signum):
-        os.kill(self.proc.pid, signum)
-
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def redis_server(workdir, name, args=(), sentinel=None):
+    """One redis-server with AOF (``appendfsync always``), or a Sentinel, in ``workdir/name``,
+    its output in server.log there, out of the terminal's process group."""
+    return RedisServer(extra_args=args, name=name, persistent=True, sentinel=sentinel,
+                       directory=Path(workdir) / name, log=True, new_session=True).start()
 
 
 class RedisSetup:
@@ -114,16 +32,15 @@ class RedisSetup:
     def __init__(self, workdir, sentinel=False):
         self.sentinel = sentinel
         self.closed_port = free_port()  # nothing listens there (see soak/settings.py)
-        self.servers = [RedisProcess(workdir, "redis-0").start()]
+        self.servers = [redis_server(workdir, "redis-0")]
         self.sentinels = []
         if sentinel:
             first = self.servers[0]
-            self.servers.append(RedisProcess(
-                workdir, "redis-1", ["--replicaof", "127.0.0.1", str(first.port)]).start())
-            conf = (f"sentinel monitor {self.SERVICE} 127.0.0.1 {first.port} 2\n"
-                    f"sentinel down-after-milliseconds {self.SERVICE} 30000\n"
-                    f"sentinel failover-timeout {self.SERVICE} 60000\n")
-            self.sentinels = [RedisProcess(workdir, f"sentinel-{i}", sentinel_conf=conf).start()
+            self.servers.append(redis_server(
+                workdir, "redis-1", ["--replicaof", "127.0.0.1", str(first.port)]))
+            conf = sentinel_config(self.SERVICE, first.port, quorum=2, down_after_ms=30000,
+                                   failover_ms=60000)
+            self.sentinels = [redis_server(workdir, f"sentinel-{i}", sentinel=conf)
                               for i in range(3)]
             self._wait_replica_synced()
 
@@ -163,7 +80,7 @@ class RedisSetup:
 
     def close(self):
         for server in self.sentinels + self.servers:
-            server.stop()
+            server.close()
 
 
 class Supervised:
@@ -190,7 +107,7 @@ class Supervised:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.argv, env=self.env, stdout=subprocess.PIPE if self.stamp else log,
-                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
             log.write(f"--- {time.time():.3f} started pid {self.proc.pid}\n".encode())
         self.runs.append([self.proc.pid, time.time(), None])
         if self.stamp:
@@ -216,13 +133,23 @@ class Supervised:
             tail = self.tail()
             if self.expected_exits:
                 self.expected_exits -= 1
-            elif status and tail and "Redis does not answer" in tail[-1]:
+            elif status and self._refused_to_start():
                 self.refused += 1  # a command refuses to start on a Redis that is away
                 time.sleep(0.5)
             else:
                 self.unexpected.append((time.time(), status, tail))
         self.start()
         return True
+
+    def _refused_to_start(self):
+        """Whether this run's output (since its "started pid" line) says it refused to start
+        for want of Redis. Not the last line alone: the task processes a killed listener left
+        behind still write to the same log."""
+        run = self.tail(40)
+        marker = f"started pid {self.proc.pid}"
+        since = max((n for n, line in enumerate(run) if marker in line), default=0)
+        return any("CommandError: Redis does not answer" in line
+                   for line in run[since:])
 
     def tail(self, lines=6):
         try:
@@ -264,12 +191,3 @@ def descendants_of(pid):
         found += below
         above = set(below)
     return found
-
-
-def waiting_for_its_task(pid):
-    """True if the process's main thread sleeps in a read of a local socket: a spare task
-    process waiting for its task (the kernel names the wait ``unix_stream_read_generic``)."""
-    try:
-        return "unix_stream_read" in Path(f"/proc/{pid}/wchan").read_text()
-    except OSError:
-        return False

@@ -33,7 +33,9 @@ BLUEQUE = {
     "RETRIES": 2,
     "BACKOFF": 1,
     "RETENTION": None,  # the ledger reads every task back at the end
-    "QUEUES": {"soak.flaky": {"RETRIES": 3}, "soak.doomed": {"RETRIES": 1}},
+    "QUEUES": {"soak.flaky": {"RETRIES": 3}, "soak.doomed": {"RETRIES": 1},
+               # the limits the ledger checks were never exceeded (issue 39)
+               "soak.limited": {"MAX_RUNNING": 2}, "soak.keyed": {"MAX_RUNNING_PER_KEY": 1}},
     "SCHEDULER_INTERVAL": 0.5,
     "REAPER_INTERVAL": 2.0,
     "KILL_GRACE": 5,

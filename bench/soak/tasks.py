@@ -5,6 +5,7 @@ channel: ``<event> <task id> <attempt> <pid> <real time> [outcome]``.
 Times are read from CLOCK_REALTIME, not ``time.time()``, which the skewed listener (and the
 task processes it forks) has shifted."""
 
+import ctypes
 import os
 import time
 
@@ -75,3 +76,54 @@ def doomed(n):
     work(0.005)
     record("end", "fail")
     raise DesignedFailure(f"attempt {current_task().attempt} fails by design")
+
+
+@blueque_task(queue="soak.step")
+def step(n, ms=5):
+    """A step of a workflow (a chain with a group in its middle): its dependencies' ends come
+    before its start, each step runs once (the ledger checks both)."""
+    work(ms / 1000)
+    record("end", "ok")
+    return n
+
+
+@blueque_task(queue="soak.gil")
+def gil(n, seconds=25):
+    """One C call that holds its process's GIL for longer than a lease: its lease thread cannot
+    run, its listener keeps the lease; it must run once."""
+    record("start")
+    ctypes.PyDLL(None).sleep(int(seconds))
+    record("end", "ok")
+    return n
+
+
+@blueque_task(queue="soak.limited")
+def limited(n, seconds=0.5):
+    """A task of a queue with MAX_RUNNING (settings.py): at most that many run at any moment
+    across the listeners, the soak's faults included (the ledger checks it)."""
+    work(seconds)
+    record("end", "ok")
+    return n
+
+
+@blueque_task(queue="soak.keyed")
+def keyed(n, seconds=0.5):
+    """A task enqueued with a concurrency key of a few (load.py), on a queue with
+    MAX_RUNNING_PER_KEY: the runs of one key never overlap (the ledger checks it)."""
+    work(seconds)
+    record("end", "ok")
+    return n
+
+
+@blueque_task(queue="soak.checkpoint")
+def resumable(n, steps=4, seconds=0.5):
+    """Steps that checkpoint their progress: a run after a fault resumes at the step after
+    the last checkpoint. Returns the step its last run began at."""
+    record("start")
+    running = current_task()
+    first = (running.checkpoint_state or {"step": 0})["step"] + 1
+    for done in range(first, steps + 1):
+        time.sleep(seconds)
+        running.checkpoint({"step": done})
+    record("end", "ok")
+    return first

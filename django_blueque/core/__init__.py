@@ -10,9 +10,10 @@ from .keys import COMPLETE, FAILED, PENDING, RESERVED, SCHEDULED, STARTED, STATU
 from .maintenance import Action, enqueue_due_tasks, reap
 from .runner import ForkingRunner
 from .task import Task
+from .timings import Timings
 
 __all__ = [
     "Action", "Client", "COMPLETE", "FAILED", "ForkingRunner", "Keys", "Listener", "PENDING",
     "Processor", "Queue", "RESERVED", "RunningTask", "SCHEDULED", "STARTED", "STATUSES",
-    "StopRequested", "Task", "current_task", "enqueue_due_tasks", "reap",
+    "StopRequested", "Task", "Timings", "current_task", "enqueue_due_tasks", "reap",
 ]

@@ -43,7 +43,7 @@ def start_job(client, action, state, queue, user, with_cancelled=False):
     """Start retrying or deleting every task of a queue's list, recorded as started by
     ``user`` (a name); False if already running. A retry leaves cancelled tasks failed unless
     ``with_cancelled``."""
-    return client.protocol.bulk_start(bulk_job_id(action, state, queue), action, queue, state,
+    return client.protocol.admin.bulk_start(bulk_job_id(action, state, queue), action, queue, state,
                                       user, BULK_KEEP, with_cancelled)
 
 
@@ -52,7 +52,7 @@ def step_job(client, action, state, queue, budget=BULK_BUDGET):
     (status, processed, total, affected)."""
     deadline = time.monotonic() + budget
     while True:
-        reply = client.protocol.bulk_step(bulk_job_id(action, state, queue), queue, state,
+        reply = client.protocol.admin.bulk_step(bulk_job_id(action, state, queue), queue, state,
                                           BULK_BATCH, BULK_KEEP)
         if reply[0] != "running" or time.monotonic() >= deadline:
             return reply
@@ -60,7 +60,7 @@ def step_job(client, action, state, queue, budget=BULK_BUDGET):
 
 def stop_job(client, action, state, queue):
     """Stop a running job between two batches; False if it was not running."""
-    return client.protocol.bulk_stop(bulk_job_id(action, state, queue), BULK_KEEP)
+    return client.protocol.admin.bulk_stop(bulk_job_id(action, state, queue), BULK_KEEP)
 
 
 def advance_jobs(client, budget=BULK_BUDGET):
@@ -68,7 +68,7 @@ def advance_jobs(client, budget=BULK_BUDGET):
     with no page open. One SMEMBERS finds them (the set of running jobs, whatever the number
     of queues). Returns the number of running jobs found. Meant for the reaper's loop."""
     try:
-        found = client.protocol.running_bulk_jobs()
+        found = client.protocol.admin.running_bulk_jobs()
     except redis.ResponseError as exc:  # someone wrote the set with another type
         logger.warning("bulk jobs not advanced: %s", exc)
         return 0

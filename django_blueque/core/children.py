@@ -1,18 +1,31 @@
-"""The listener's task processes: forked ahead of need (a spare, spares.py), each given a task
-as the listener takes it (reserved and started with the process's pid in one script, one
-queue after another while slots are free) and handed it through a socket (channel.py), on
-which it sends the task's end for the listener to record; watched until they exit, stopped on
-a timeout or a cancellation (SIGTERM, then SIGKILL), and the end of one that died without
-reporting recorded for it. A mixin of ForkingRunner (runner.py), whose state (children,
-spare, backlog, policy) it shares."""
+"""The listener's task processes, from their fork to their exit.
+
+A task process goes through these states (``Child.state``), each change made here:
+
+=========  ===========================================================  =====================
+state      what holds                                                   left when
+=========  ===========================================================  =====================
+forked     forked, waiting on its pipe; the take names its pid          handed, or let go
+running    handed its task; it renews its lease, and so does the        asked to stop, or it
+           listener at each heartbeat (lease.py); it records its end    exits
+stopping   SIGTERM sent (timeout, cancellation, lease lost); SIGKILL    it exits
+           at ``kill_at``
+=========  ===========================================================  =====================
+
+A process forked ahead, before there is a take to name it, is the listener's spare
+(``Spare``), ``forked`` too. A process leaves ``children`` when ``waitpid`` reports its exit:
+status 0 means its end is recorded (or it had nothing to run); any other status is recorded
+here as a failed run, guarded by the reservation's token, so an end the process recorded first
+is never overwritten. A process that died before its task came sends the task back to its queue,
+uncounted; if that repeats, forks pause, doubling from FORK_PAUSE to MAX_FORK_PAUSE.
+"""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
-import socket
-import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,266 +33,232 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import keys as k
-from .channel import Channel, rouse, task_line
+from .channel import task_line, write_line
+from .lease import CUT_OFF_EXIT
+from .limits import died_of_limit, usage
 from .outages import is_transient
-from .protocol import HEARTBEAT_TTL, new_token
-from .task_process import describe_exit, encode_result
-from .values import Taken, error_code, error_fields, positive_seconds, printable
+from .task_process import TaskProcess, describe_exit
+from .values import positive_seconds, printable
 
 if TYPE_CHECKING:
-    from .client import Client
     from .maintenance import Policy
     from .protocol import Protocol
-    from .task import Task
-    from .waiter import PendingWaiter
-    from .wakeup import WakeupPipe
 
 logger = logging.getLogger("django_blueque.listener")
 task_logger = logging.getLogger("django_blueque.task")
 
-BEGIN_WAIT = 0.05
-"""How long the fork of the next spare waits for the task just handed over to begin: on a
-machine of few cores, a fork (and the new process's connection) beside the hand-over delays the
-task's code by a millisecond, so it comes once the task's process says its code is starting.
-Not when more tasks wait in the queue: a drain needs the spare before the task ends."""
+FORK_PAUSE, MAX_FORK_PAUSE = 0.1, 5.0
+"""Seconds forks wait after a task process died before its task, doubling while it repeats."""
+
+FORKED, RUNNING, STOPPING = "forked", "running", "stopping"
+
 
 class Child:
-    __slots__ = ("pid", "queue", "task_id", "token", "deadline", "timeout", "stop_reason",
-                 "kill_at", "began", "handed", "label", "channel", "recorded", "more")
+    """One task process (see the states above)."""
 
-    def __init__(self, pid, queue, task_id, token, timeout):
-        self.pid, self.queue, self.task_id, self.token = pid, queue, task_id, token
+    __slots__ = ("pid", "handover", "state", "queue", "task_id", "token", "label", "began",
+                 "timeout", "deadline", "stop_reason", "kill_at")
+
+    def __init__(self, pid: int, handover: int) -> None:
+        self.pid, self.handover = pid, handover  # handover: the pipe's end, until written
+        self.state = FORKED
+        self.queue = self.task_id = self.token = self.label = ""
         self.began = time.monotonic()
-        self.timeout = timeout
-        self.deadline = self.began + timeout if timeout else None
-        self.stop_reason = None
-        self.kill_at = None
-        self.handed = False  # the task reached the process: it may have begun
-        self.label = printable(task_id)  # for log lines: an id from Redis may hold newlines
-        self.channel: Channel | None = None
-        self.recorded = False  # its end was recorded by the listener, on its word
-        self.more = False  # more tasks waited in its queue when it was taken
+        self.timeout: float | None = None
+        self.deadline: float | None = None
+        self.stop_reason: str | None = None
+        self.kill_at: float | None = None
 
-    @property
-    def exiting(self) -> bool:
-        """Its end recorded, its socket closed (by the process on its way out, or by the
-        listener as it answered, see Channel.last_word): its slot is free while it flushes
-        its logs and the kernel tears it down (a millisecond or two, beside the next task)."""
-        return self.recorded and (self.channel is None or not self.channel.open)
+
+class Spare:
+    """At most one task process forked ahead, while tasks wait behind the running ones, so
+    that the next take does not wait for a fork (a drain of short tasks feels it; an idle
+    listener has none, so its memory is not doubled by one).
+
+    =======  ======================================  ======================================
+    state    what holds                              left when
+    =======  ======================================  ======================================
+    none     no spare                                a take that started a task says more
+                                                     wait, and forks may start (not during
+                                                     their pause): forked, ready
+    ready    forked, connected to Redis, waiting     the next take names it (it is that
+             on its pipe; not counted among the      take's process from then on, let go if
+             busy slots                              the take found nothing): none; the
+                                                     listener stops taking: let go, none;
+                                                     it dies: none
+    =======  ======================================  ======================================
+
+    The queue that said more is taken from again as soon as a slot frees, so a spare does not
+    outlive a burst by more than one take. A spare that dies is reaped as any process that
+    died before its task: forks pause, doubling from FORK_PAUSE to MAX_FORK_PAUSE, one log
+    line per change of the pause (``TaskProcesses._pause_forks``), never a loop of forks.
+    """
+
+    def __init__(self, processes: TaskProcesses) -> None:
+        self._processes = processes
+        self._child: Child | None = None
+
+    def is_one(self, child: Child) -> bool:
+        return child is self._child
+
+    def want(self, current: float) -> None:
+        """Fork one ahead unless there is one, or forks pause."""
+        if self._child is None and self._processes.can_fork(current):
+            self._child = self._processes.fork(ahead=True)
+
+    def take(self) -> Child | None:
+        """The spare, for a take to name (None if there is none)."""
+        child, self._child = self._child, None
+        return child
+
+    def gone(self, child: Child) -> None:
+        """``child`` was reaped: if it was the spare, there is none now."""
+        if child is self._child:
+            self._child = None
+
+    def drop(self) -> None:
+        """Let the spare go: the listener takes nothing more."""
+        child, self._child = self._child, None
+        if child is not None:
+            self._processes.let_go(child)
 
 
 class TaskProcesses:
-    """ForkingRunner's half that forks, hands over, watches and records its task processes."""
+    """The listener's task processes: forks them, hands them their tasks, watches their
+    deadlines, stops them, and records the end of those that die without recording it."""
 
-    if TYPE_CHECKING:  # ForkingRunner's state, shared with this half
-        _client: Client
-        _protocol: Protocol
-        _callback: Callable[[Task], object]
-        listener_id: str
-        policy: Policy
-        children: dict[int, Child]
-        tasks_taken: int
-        burst: bool
-        kill_grace: float
-        _backlog: list[Callable[[], object]]
-        _spare: tuple[int, socket.socket] | None
-        _on_task_end: Callable[[Task, str, Any, Any], object] | None
-        _handover: tuple[Channel, float] | None  # the task last handed over, until when
-        _unsure: dict[str, tuple[str, float, int]]
-        _wakeup: WakeupPipe
-        queues: list[str]
-        _quarantine: dict[str, float]
-        _waiters: dict[str, PendingWaiter]
-        _rotation: int
-        _lease: float
-        _next_beat: float
+    def __init__(self, protocol: Protocol, listener_id: str, process: TaskProcess,
+                 policy: Policy, kill_grace: float,
+                 before_fork: Callable[[], object] | None,
+                 in_child: Callable[[], object]) -> None:
+        self.protocol = protocol
+        self.listener_id = listener_id
+        self.process = process
+        self.policy = policy
+        self.kill_grace = kill_grace
+        self.before_fork = before_fork
+        self.in_child = in_child  # closes in a new process what is the listener's
+        self.children: dict[int, Child] = {}
+        self.backlog: list[Callable[[], object]] = []  # ends to record once Redis answers
+        self.fork_pause = 0.0
+        self.forks_from = 0.0  # monotonic time before which nothing is forked
+        self.spare = Spare(self)
 
-        def _accepting(self) -> bool: ...
-        def _can_take(self) -> bool: ...
-        def _set_aside(self, queue: str, why: str, current: float) -> None: ...
-        def _dropped(self, queue: str, found: Taken) -> None: ...
-        def _ready_spare(self) -> tuple[int, socket.socket]: ...
-        def _taken_ahead(self, current: float, unblock: bool = True
-                         ) -> tuple[str, str, int, Taken] | None: ...
-        def _withdraw_ahead(self, current: float, unblock: bool = True) -> None: ...
+    def __len__(self) -> int:
+        """The busy slots: every process but the spare."""
+        return len(self.children) - any(map(self.spare.is_one, self.children.values()))
 
-    def fork_task(self, task: Task) -> int:
-        """blueque 1.0's: run a reserved task in a forked process, which records its start and
-        its end through a Processor; returns the process's pid. (The runner's own loop hands
-        tasks to processes forked ahead instead.)"""
+    def running(self) -> list[Child]:
+        return [child for child in self.children.values() if child.state != FORKED]
+
+    def can_fork(self, current: float) -> bool:
+        return current >= self.forks_from
+
+    # -- fork and hand over ------------------------------------------------------------------
+
+    def for_take(self) -> Child:
+        """The process a take names: the spare if there is one, else a new one."""
+        return self.spare.take() or self.fork()
+
+    def fork(self, ahead: bool = False) -> Child:
+        """A new task process, waiting on its pipe for the task it is to run (``ahead``: a
+        spare, which connects to Redis meanwhile)."""
+        read, write = os.pipe()
+        if self.before_fork:
+            self.before_fork()
+        listener = os.getpid()
         pid = os.fork()
-        if pid:
-            return pid
-        try:
-            os.setsid()
-            processor = self._client.get_processor(task)
-            if processor.start(os.getpid()):
-                try:
-                    value = encode_result(self._callback(task))
-                except BaseException as exc:
-                    processor.fail(*error_fields(exc), error_code=error_code(exc))
-                else:
-                    processor.complete(value)
-        except BaseException:
-            logger.exception("task %s: its process failed outside the task", task.id)
-        finally:
-            logging.shutdown()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-
-    def _close_channels(self) -> None:
-        """Close this process's end of every running task's socket (on end of file, a task
-        process records its own end)."""
-        for child in self.children.values():
-            if child.channel is not None:
-                child.channel.close()
-
-    def _take_tasks(self) -> list[str]:
-        """Reserve and fork while slots are free, one task per queue in turn; returns the
-        queues found empty."""
-        empty: list[str] = []
-        current = time.monotonic()
-        for queue, until in list(self._quarantine.items()):
-            if current >= until:
-                del self._quarantine[queue]
-        queues = [queue for queue in self.queues[self._rotation:] + self.queues[:self._rotation]
-                  if not self._waiters[queue].armed  # armed: empty, and nothing came since
-                  and queue not in self._quarantine]
-        self._rotation = (self._rotation + 1) % len(self.queues)
-        while queues and self._can_take():
-            for queue in list(queues):
-                if not self._can_take():
-                    break
-                try:
-                    taken = self._take(queue, current)
-                except redis.ResponseError as exc:
-                    if is_transient(exc):
-                        raise
-                    queues.remove(queue)
-                    self._set_aside(queue, str(exc), current)
-                    continue
-                if taken is None:
-                    queues.remove(queue)
-                    empty.append(queue)
-                elif taken[1] == "skipped":
-                    self._dropped(queue, taken)
-                elif self._lease != HEARTBEAT_TTL:
-                    self._next_beat = 0.0  # busy now: say so once the task is handed
-        return empty
-
-    def _take(self, queue: str, current: float) -> Taken | None:
-        """Reserve the queue's next task and start it in the spare process, in one step (or
-        collect what the take sent ahead took: take_ahead.py), and hand it over."""
-        taken: Taken | None
-        ahead = self._taken_ahead(current)
-        if ahead is not None:
-            _, token, pid, taken = ahead
-        else:
-            token = new_token()
-            pid, _ = self._ready_spare()
+        if pid == 0:
             try:
-                taken = self._protocol.take(queue, self.listener_id, token, pid)
-            except (redis.ConnectionError, redis.TimeoutError):
-                self._unsure[token] = (queue, current, pid)  # it may have run all the same
-                raise
-        if taken is not None:
-            self._hand_over(queue, token, *taken)
-            if taken[1] == "unstarted":
-                raise redis.ResponseError(taken[2])  # the queue is set aside
-        return taken
+                os.close(write)
+                self.in_child()
+                self.process.main(read, listener, ahead)
+            finally:
+                os._exit(1)  # never back into the listener's code
+        os.close(read)
+        child = self.children[pid] = Child(pid, write)
+        return child
 
-    def _hand_over(self, queue: str, token: str, task_id: str, outcome: str,
-                   reply: dict[str, str] | int | str, more: bool) -> None:
-        """After a take: the spare process runs the task it started (its fields go through
-        the socket), or, if the start was refused, exits with nothing to run (a task reserved
-        but refused by a key of the wrong type goes back to the queue once it has exited).
-        Unless ``more`` tasks wait, the listener then waits for the task to begin (see
-        BEGIN_WAIT): with more, the next spare is needed at once."""
-        if outcome == "skipped":
-            return
-        assert self._spare is not None  # _take readied it
-        pid, sock = self._spare
-        self._spare = None
+    def let_go(self, child: Child) -> None:
+        """A forked process with nothing to run: closing its pipe ends it."""
+        if child.handover >= 0:
+            os.close(child.handover)
+            child.handover = -1
+
+    def hand_over(self, child: Child, queue: str, token: str, task_id: str, outcome: str,
+                  reply: dict[str, str] | int | str, taken_at: float, more: bool) -> None:
+        """After a take with ``child``'s pid: write it its task if the start went through,
+        and fork a spare if ``more`` tasks wait; else let it go (a task whose start a key of
+        the wrong type refused goes back to its queue once the process exited)."""
+        child.queue, child.task_id, child.token = queue, task_id, token
+        child.began = taken_at  # a spare may have waited: its task's time starts at its take
+        child.label = printable(task_id)  # for log lines: an id from Redis may hold newlines
         fields = reply if isinstance(reply, dict) else {}
-        handed = False
-        if fields:  # sent first: the task's process gets on while the listener takes note
-            try:
-                sock.sendall(task_line(queue, token, task_id, fields))
-                handed = True
-            except OSError:
-                pass  # the process died before it got the task: _child_ended puts it back
-        self.tasks_taken += 1
-        timeout = positive_seconds(fields.get("timeout")) or self.policy(queue).get("timeout")
-        child = self.children[pid] = Child(pid, queue, task_id, token, timeout)
-        if handed:
-            child.handed, child.more = True, more
-            child.channel = Channel(sock, lambda end: self._record_end(child, end),
-                                    last_word=self._on_task_end is None)
-            if not more:
-                self._handover = (child.channel, time.monotonic() + BEGIN_WAIT)
-            task_logger.info("task %s (%s) started in pid %d", printable(task_id), queue, pid)
-            return
-        sock.close()
+        if fields:
+            handover, child.handover = child.handover, -1
+            if write_line(handover, task_line(queue, token, task_id, fields, taken_at)):
+                if self.fork_pause:
+                    logger.info("listener %s: task processes start again", self.listener_id)
+                    self.fork_pause = 0.0
+                child.state = RUNNING
+                child.timeout = (positive_seconds(fields.get("timeout"))
+                                 or self.policy(queue).get("timeout"))
+                child.deadline = child.began + child.timeout if child.timeout else None
+                task_logger.info("task %s (%s) started in pid %d", child.label, queue, child.pid)
+                if more:
+                    self.spare.want(taken_at)
+                return
+        self.let_go(child)
         if outcome == "unstarted":
-            task_logger.error("task %s (%s) not started: %s", printable(task_id), queue, reply)
-            self._record_or_later(lambda: self._record_unstarted(child))
+            task_logger.error("task %s (%s) not started: %s", child.label, queue, reply)
         elif not fields:
-            task_logger.info("task %s (%s) not started: %s", printable(task_id), queue,
+            task_logger.info("task %s (%s) not started: %s", child.label, queue,
                              "cancelled" if reply == -1 else "no longer reserved here")
 
-    def _handing(self) -> bool:
-        """Whether the task last handed over is still on its way to its code: until then,
-        and at most BEGIN_WAIT, the listener forks nothing, nor takes another task (which
-        needs a spare)."""
-        if self._handover is not None:
-            channel, until = self._handover
-            if channel.begun or not channel.open or time.monotonic() >= until:
-                self._handover = None
-        return self._handover is not None
+    # -- watch -------------------------------------------------------------------------------
 
-    def _channels(self) -> list[Channel]:
-        """The sockets of the running task processes, to wait on for their ends."""
-        return [child.channel for child in self.children.values()
-                if child.channel is not None and child.channel.open]
+    def collect(self) -> None:
+        """Reap every exited process and record the end of those that did not."""
+        while True:
+            try:
+                pid, status, rusage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                self.spare.gone(child)
+                self.let_go(child)
+                self._ended(child, status, usage(rusage))
 
-    def _record_end(self, child: Child, end: dict[str, Any]) -> str | None:
-        """Record the end a task process sent (channel.py); None when Redis did not take it
-        (the process then records it itself, patiently). With more tasks in its queue, the
-        spare is roused first: its task comes once this process is out of its slot."""
-        if child.more and self._spare is not None:
-            rouse(self._spare[1])
-        try:
-            outcome = self._finish(child, end["outcome"], end["value"], end["error_type"],
-                                   bool(end["retryable"]), end["traceback"], end["error_code"])
-        except (redis.RedisError, KeyError, TypeError, ValueError) as exc:
-            logger.info("listener %s: task %s: its process will record its end (%s)",
-                        self.listener_id, child.label, exc)
-            return None
-        child.recorded = True
-        return outcome
-
-    def _child_ended(self, child, status):
+    def _ended(self, child: Child, status: int, used: dict[str, float]) -> None:
         elapsed = time.monotonic() - child.began
-        if child.channel is not None:
-            child.channel.close()
-        if status == 0 or child.recorded:
-            # a task's process exits 0 only once its end is recorded (or it was not its to
-            # run); one whose end the listener recorded may be stopped on its way out
-            task_logger.info("task %s ended in %.3f s", child.label, elapsed)
+        if child.state == FORKED:
+            if child.task_id:  # taken for it, never handed: back to the queue
+                self._record_or_later(lambda: self._record_unstarted(child))
+            if status != 0:
+                self._pause_forks(child, status)
             return
-        if not child.handed:
-            self._record_or_later(lambda: self._record_unstarted(child))
+        if status == 0:  # its end is recorded (or the task was not its to run)
+            task_logger.info("task %s ended in %.3f s", child.label, elapsed)
             return
         if child.stop_reason == "cancelled":
             error, kind, retryable = "cancelled", k.CANCELLED, False
         elif child.stop_reason == "timeout":
             error, kind, retryable = f"timed out after {child.timeout:g} s", "Timeout", True
+        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == CUT_OFF_EXIT:
+            timings = self.protocol.timings.for_queue(self.policy(child.queue))
+            error, kind, retryable = (
+                f"its process could not reach Redis for {timings.cut_off + self.kill_grace:g} "
+                f"s (nor could its listener) and stopped", "CutOff", True)
         else:
-            error, kind, retryable = describe_exit(status), "ProcessDied", True
+            error, kind = died_of_limit(self.policy(child.queue), status, used) or (
+                describe_exit(status), "ProcessDied")
+            retryable = True
 
-        def record():
-            outcome = self._finish(child, k.FAILED, error, kind, retryable)
+        def record() -> None:
+            outcome = self._finish(child, k.FAILED, error, kind, retryable, used)
             if outcome == "stale":
                 task_logger.info("task %s ended in %.3f s", child.label, elapsed)
             else:
@@ -289,74 +268,110 @@ class TaskProcesses:
 
         self._record_or_later(record)
 
-    def _put_back(self, queue: str, token: str, pid: int, task_id: str) -> None:
-        """A task taken for a process that is not to run it: back to its queue, uncounted."""
-        child = Child(pid, queue, task_id, token, None)
-        self._record_or_later(lambda: self._record_unstarted(child))
+    def _pause_forks(self, child: Child, status: int) -> None:
+        """A process died before its task: fork again after a doubling pause, not at once."""
+        pause = min(max(self.fork_pause * 2, FORK_PAUSE), MAX_FORK_PAUSE)
+        if pause != self.fork_pause:
+            logger.warning("listener %s: task process %d %s before its task; forking again in "
+                           "%g s", self.listener_id, child.pid, describe_exit(status), pause)
+        self.fork_pause = pause
+        self.forks_from = time.monotonic() + pause
 
-    def _record_unstarted(self, child):
-        """Its process was never handed the task (it died first, or the start was refused):
-        back to the queue, uncounted."""
+    def _record_unstarted(self, child: Child) -> None:
         if self._finish(child, "requeue", "") == "requeued":
             task_logger.warning("task %s never began in process %d; back to the queue",
                                 child.label, child.pid)
 
-    def _finish(self, child, outcome, value, error_type="", retryable=True, traceback="",
-                error_code=""):
-        return self._protocol.finish(
+    def _finish(self, child: Child, outcome: str, value: str, error_type: str = "",
+                retryable: bool = True, used: dict[str, float] | None = None) -> Any:
+        return self.protocol.finish(
             child.queue, child.task_id, listener_id=self.listener_id, pid=child.pid,
             token=child.token, outcome=outcome, value=value, error_type=error_type,
-            traceback=traceback, error_code=error_code, retryable=retryable,
-            policy=self.policy(child.queue))
+            retryable=retryable, policy=self.policy(child.queue), usage=used)
 
-    def _record_or_later(self, record):
+    def _record_or_later(self, record: Callable[[], object]) -> None:
         """Record now, or once Redis answers again; a refusal that says the data is wrong is
         logged and dropped (the reaper recovers the task once its lease lapses)."""
         try:
             record()
         except redis.RedisError as exc:
             if is_transient(exc):
-                self._backlog.append(record)
+                self.backlog.append(record)
             else:
                 task_logger.error("an end could not be recorded: %s", exc)
 
-    def _flush_backlog(self) -> None:
-        while self._backlog:
-            record = self._backlog[0]
+    def flush_backlog(self) -> None:
+        while self.backlog:
             try:
-                record()
+                self.backlog[0]()
             except redis.RedisError as exc:
                 if is_transient(exc):
                     raise
                 task_logger.error("an end could not be recorded: %s", exc)
-            self._backlog.pop(0)
+            self.backlog.pop(0)
 
-    def _stop_child(self, child: Child, reason: str, current: float) -> None:
-        child.stop_reason = reason
+    # -- stop --------------------------------------------------------------------------------
+
+    def stop(self, child: Child, reason: str, current: float) -> None:
+        """SIGTERM now (its process group: its subprocesses too), SIGKILL kill_grace later."""
+        child.state, child.stop_reason = STOPPING, reason
         child.kill_at = current + self.kill_grace
-        self._signal_child(child, signal.SIGTERM)
+        _signal(child.pid, signal.SIGTERM)
 
-    def _enforce_deadlines(self, current: float) -> None:
+    def kill(self, child: Child, why: str) -> None:
+        task_logger.error("task %s: %s; killing pid %d", child.label, why, child.pid)
+        child.state, child.stop_reason, child.kill_at = STOPPING, "lost", None
+        _signal(child.pid, signal.SIGKILL)
+
+    def enforce_deadlines(self, current: float) -> None:
         for child in self.children.values():
-            if child.deadline and not child.stop_reason and current >= child.deadline:
+            if child.state == RUNNING and child.deadline and current >= child.deadline:
                 task_logger.warning("task %s: timed out after %g s, stopping pid %d",
                                     child.label, child.timeout, child.pid)
-                self._stop_child(child, "timeout", current)
+                self.stop(child, "timeout", current)
             elif child.kill_at and current >= child.kill_at:
                 task_logger.warning("task %s: pid %d still running %g s after SIGTERM, killing",
                                     child.label, child.pid, self.kill_grace)
                 child.kill_at = None
-                self._signal_child(child, signal.SIGKILL)
+                _signal(child.pid, signal.SIGKILL)
 
-    @staticmethod
-    def _signal_child(child, signum):
-        """Signal the task's process group (its subprocesses too); the child may not have
-        called setsid() yet, so fall back to the process alone."""
+    def next_deadline(self) -> float:
+        times = [child.deadline for child in self.children.values()
+                 if child.state == RUNNING and child.deadline]
+        times += [child.kill_at for child in self.children.values() if child.kill_at]
+        return min(times, default=float("inf"))
+
+    def cancel(self, task_ids: list[str], current: float) -> None:
+        for child in self.children.values():
+            if child.task_id in task_ids and child.state == RUNNING:
+                logger.info("task %s: cancellation requested, stopping pid %d", child.label,
+                            child.pid)
+                self.stop(child, "cancelled", current)
+
+    def let_all_go(self) -> None:
+        """At the listener's end: processes still waiting for a task exit."""
+        for child in self.children.values():
+            self.let_go(child)
+
+
+def freeze_heap() -> bool:
+    """Move every object the listener holds out of the garbage collector's reach (gc.freeze),
+    once, before its first fork: a task process's full collection would otherwise copy every
+    page of the listener's heap. Returns whether nothing was frozen before: run() then
+    unfreezes on return (else the program that embeds it froze objects of its own)."""
+    first = not gc.get_freeze_count()
+    gc.collect()
+    gc.freeze()
+    return first
+
+
+def _signal(pid: int, signum: int) -> None:
+    """Signal the process group (a task's subprocesses too); the process may not have called
+    setsid() yet, so fall back to the process alone."""
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):
         try:
-            os.killpg(child.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            try:
-                os.kill(child.pid, signum)
-            except ProcessLookupError:
-                pass
-
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass

@@ -21,14 +21,20 @@ import redis
 from redis.cluster import RedisCluster
 
 from . import keys as k
-from .cluster import ClusterProtocol, cluster_redis
-from .connections import AcknowledgedProtocol, engine_twin, url_redis
+from .admission import concurrency_fields
+from .cluster import ClusterAccess, ClusterProtocol, cluster_redis
+from .connections import AcknowledgedAccess, engine_twin, url_redis
 from .context import RunningTask, current_task, set_current_task
+from .depends import dependency_fields
+from .lease import LeaseKeeper
 from .maintenance import process_running
 from .orphans import dead_local_listeners
 from .outages import Outage
-from .protocol import HEARTBEAT_TTL, LEASE_TTL, Protocol, WireValue, check_wire_value, new_token
+from .protocol import Protocol, WireValue, check_wire_value, new_token
+from .protocol_upkeep import checked_eta
+from .redis_access import RedisAccess
 from .task import Task as Task  # blueque 1.0 has it here
+from .timings import DEFAULT, Timings
 
 logger = logging.getLogger("django_blueque.engine")
 
@@ -39,17 +45,18 @@ LISTEN_BLOCK = 5
 
 
 def to_timestamp(eta: float | datetime.datetime | datetime.timedelta) -> float:
-    """A Unix time from a float, an aware datetime or a timedelta from now."""
+    """A Unix time from a float, an aware datetime or a timedelta from now (checked here
+    too, so that eager mode refuses what a listener would)."""
     if isinstance(eta, datetime.timedelta):
-        return time.time() + eta.total_seconds()
+        return checked_eta(time.time() + eta.total_seconds())
     if isinstance(eta, datetime.datetime):
         if eta.tzinfo is None:
             raise ValueError("eta must be an aware datetime (naive datetimes are ambiguous)")
-        return eta.timestamp()
+        return checked_eta(eta.timestamp())
     if isinstance(eta, bool) or not isinstance(eta, (int, float)):
         raise TypeError(f"eta must be a Unix time, an aware datetime or a timedelta, "
                         f"not {type(eta).__name__}")
-    return float(eta)
+    return checked_eta(eta)
 
 
 def policy_fields(retries: float | None = None, backoff: float | None = None,
@@ -98,10 +105,14 @@ def unique_fields(unique_key: str | None = None,
 
 
 def _fields(priority: int | None, policy: Mapping[str, float | None],
-            unique_key: str | None = None,
-            unique_until: str | None = None) -> dict[str, float | str]:
+            unique_key: str | None = None, unique_until: str | None = None,
+            depends_on: Sequence[str] | None = None,
+            allow_failure: bool = False, concurrency_key: str | None = None
+            ) -> dict[str, float | str]:
     return {**policy_fields(**policy), **priority_field(priority),
-            **unique_fields(unique_key, unique_until)}
+            **unique_fields(unique_key, unique_until),
+            **dependency_fields(depends_on, allow_failure),
+            **concurrency_fields(concurrency_key)}
 
 
 class Client:
@@ -112,13 +123,15 @@ class Client:
     connection follows a primary that moved). ``wait_replicas``: a task's start and end count
     once that many replicas acknowledged them (within ``wait_timeout`` seconds). ``cluster``:
     ``url`` names a node of a Redis Cluster, and keys are in cluster mode (see keys.py); a
-    ``redis_client`` that is a RedisCluster implies it.
+    ``redis_client`` that is a RedisCluster implies it. ``timings``: the liveness timings
+    (timings.py) of every listener, task and reaper made from this client.
     """
 
     def __init__(self, url: str | None = None, *,
                  redis_client: redis.Redis | RedisCluster | None = None,
                  prefix: str = k.DEFAULT_PREFIX, wait_replicas: int = 0,
-                 wait_timeout: float = 1.0, cluster: bool = False, **kwargs: Any) -> None:
+                 wait_timeout: float = 1.0, cluster: bool = False,
+                 timings: Timings = DEFAULT, **kwargs: Any) -> None:
         if redis_client is None:
             redis_client = (cluster_redis if cluster else url_redis)(
                 url or "redis://localhost:6379/0", **kwargs)
@@ -128,11 +141,12 @@ class Client:
         if isinstance(redis_client, RedisCluster):
             if wait_replicas:
                 raise ValueError("wait_replicas is not available in cluster mode")
-            self.protocol: Protocol = ClusterProtocol(redis_client, prefix)
+            self.protocol: Protocol = ClusterProtocol(ClusterAccess(redis_client, prefix, timings))
         else:
-            self.protocol = (
-                AcknowledgedProtocol(redis_client, prefix, wait_replicas, wait_timeout)
-                if wait_replicas else Protocol(redis_client, prefix))
+            self.protocol = Protocol(
+                AcknowledgedAccess(redis_client, prefix, wait_replicas, wait_timeout, timings)
+                if wait_replicas else RedisAccess(redis_client, prefix, timings))
+        self.timings = timings
         self.keys = self.protocol.keys
 
     def get_queue(self, name: str) -> Queue:
@@ -143,11 +157,7 @@ class Client:
 
     def get_tasks(self, task_ids: Sequence[str]) -> list[Task]:
         """Several tasks in one round trip."""
-        with self.redis.pipeline(transaction=False) as pipe:
-            for task_id in task_ids:
-                pipe.hgetall(self.keys.task(task_id))
-            replies = pipe.execute()
-        return [Task(task_id, fields) for task_id, fields in zip(task_ids, replies, strict=True)]
+        return self.protocol.read_tasks(task_ids)
 
     def get_listener(self, queue_name: str) -> Listener:
         return Listener(self, queue_name)
@@ -158,7 +168,7 @@ class Client:
     def cancel(self, task_id: str) -> str | None:
         """Cancel a task from any process: 'cancelled' (it was waiting), 'requested' (it is
         running; its listener stops it within seconds), a finished status, or None."""
-        return self.protocol.cancel(task_id)
+        return self.protocol.admin.cancel(task_id)
 
     def queue_names(self) -> list[str]:
         return cast("list[str]", self.redis.zrange(self.keys.queues, 0, -1))
@@ -176,13 +186,16 @@ class Queue:
 
     def enqueue(self, parameters: WireValue, priority: int | None = None,
                 unique_key: str | None = None, unique_until: str | None = None,
-                **policy: float | None) -> str:
+                depends_on: Sequence[str] | None = None, allow_failure: bool = False,
+                concurrency_key: str | None = None, **policy: float | None) -> str:
         """Add a task; returns its id. Keyword arguments: priority (-100..100, higher first;
         see priority_field), unique_key and unique_until (see unique_fields: the id returned
-        is then the waiting task's, if one holds the key), retries, backoff, timeout,
-        retention."""
-        return self._protocol.enqueue(self.name, [parameters],
-                                      _fields(priority, policy, unique_key, unique_until))[0]
+        is then the waiting task's, if one holds the key), depends_on and allow_failure (see
+        dependency_fields: it waits for those tasks), concurrency_key (see admission.py),
+        retries, backoff, timeout, retention."""
+        return self._protocol.enqueue(self.name, [parameters], _fields(
+            priority, policy, unique_key, unique_until, depends_on, allow_failure,
+            concurrency_key))[0]
 
     def enqueue_many(self, parameters_list: Iterable[WireValue], priority: int | None = None,
                      **policy: float | None) -> list[str]:
@@ -192,27 +205,30 @@ class Queue:
 
     def schedule(self, parameters: WireValue, eta: float | datetime.datetime | datetime.timedelta,
                  priority: int | None = None, unique_key: str | None = None,
-                 unique_until: str | None = None, **policy: float | None) -> str:
-        """Add a task to run at ``eta`` (Unix time, aware datetime or timedelta); keyword
-        arguments as enqueue's."""
-        return self._protocol.schedule(self.name, parameters, to_timestamp(eta),
-                                       _fields(priority, policy, unique_key, unique_until))
+                 unique_until: str | None = None, depends_on: Sequence[str] | None = None,
+                 allow_failure: bool = False, concurrency_key: str | None = None,
+                 **policy: float | None) -> str:
+        """Add a task to run at ``eta`` (Unix time, aware datetime or timedelta), or once its
+        dependencies ended if that is later; keyword arguments as enqueue's."""
+        return self._protocol.schedule(self.name, parameters, to_timestamp(eta), _fields(
+            priority, policy, unique_key, unique_until, depends_on, allow_failure,
+            concurrency_key))
 
     def enqueue_due_tasks(self) -> list[str]:
         """Move this queue's due scheduled tasks to the queue; returns their ids. Due by this
         process's clock, as in blueque 1.0 (the scheduler, ``enqueue_due_tasks(client)``,
         goes by Redis's)."""
-        return self._protocol.move_due(self.name, by_caller_clock=True)
+        return self._protocol.upkeep.move_due(self.name, by_caller_clock=True)
 
     def delete_task(self, task: Task) -> None:
         if task.queue != self.name:
             raise ValueError(f"Task {task.id} is not in queue {self.name}")
-        self._protocol.delete(self.name, task.id, task.status)
+        self._protocol.admin.delete(self.name, task.id, task.status)
 
     def retry_task(self, task: Task) -> bool:
         """Put a failed task back in the queue; False if it was not failed (or was too deep
-        in a long failed list to take out: see protocol.UNLIST_WINDOW)."""
-        return self._protocol.retry(self.name, task.id) == 1
+        in a long failed list to take out: see protocol_admin.UNLIST_WINDOW)."""
+        return self._protocol.admin.retry(self.name, task.id) == 1
 
 
 class Listener:
@@ -236,7 +252,8 @@ class Listener:
         self._beating = threading.Lock()  # so that no beat re-registers it after stop()
         self.beat()
         # the thread holds the listener weakly: once nothing else does, it stops beating
-        threading.Thread(target=_keep_beating, args=(weakref.ref(self), self._stopped),
+        threading.Thread(target=_keep_beating, args=(weakref.ref(self), self._stopped,
+                                                           self._protocol.timings.beat_every),
                          name=f"blueque-heartbeat-{self.queue}", daemon=True).start()
 
     def beat(self) -> None:
@@ -278,7 +295,7 @@ class Listener:
         ``reclaimed_node``: the caller runs it (reserved) or waits for its pid (started), as
         1.0's runner does. Unlike 1.0, the dead listener's other unstarted tasks go back to
         the queue. (Dead listeners of other hosts, and of our runners, are the reaper's.)"""
-        for listener_id in dead_local_listeners(self._client, self.queue, self.id):
+        for listener_id in dead_local_listeners(self._protocol, self.queue, self.id):
             claimed = self._protocol.claim_orphan(listener_id, self.queue, self.id)
             if claimed is None:
                 continue  # another listener claimed it first
@@ -299,11 +316,12 @@ class Listener:
         self._protocol.forget_listener(self.id, [self.queue])
 
 
-def _keep_beating(listener_ref: weakref.ref[Listener], stopped: threading.Event) -> None:
+def _keep_beating(listener_ref: weakref.ref[Listener], stopped: threading.Event,
+                  every: float) -> None:
     """A Listener's heartbeat thread: every third of the heartbeat's length until ``stop()``,
     or until the listener is gone (garbage-collected: nobody can take tasks with it any more)."""
     outage = None
-    while not stopped.wait(HEARTBEAT_TTL / 3):
+    while not stopped.wait(every):
         listener = listener_ref()
         if listener is None:
             return
@@ -354,7 +372,7 @@ class Processor:
         if not isinstance(started, dict):
             return False
         self._running = RunningTask(self._protocol, Task(self._task_id, started), self._token)
-        self._running.keep_lease((os.getppid(),), own_process=False)
+        LeaseKeeper(self._running, timings=self._protocol.timings).start()
         if pid == os.getpid():
             set_current_task(self._running)
         elif process_running(pid):
@@ -367,7 +385,7 @@ class Processor:
         caller at once, or never: then the reaper recovers the task when the lease lapses)."""
         running = self._running
         assert running is not None  # start() set it before starting this thread
-        while not running.finished.wait(LEASE_TTL / 3):
+        while not running.finished.wait(self._protocol.timings.renew_every):
             if not process_running(pid):
                 running.finished.set()
 

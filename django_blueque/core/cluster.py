@@ -22,7 +22,9 @@ from redis.exceptions import AskError, ClusterError, MovedError, NoScriptError, 
 
 from .connections import engine_options
 from .keys import DEFAULT_PREFIX
-from .protocol import HEARTBEAT_TTL, Protocol
+from .protocol import Protocol
+from .redis_access import RedisAccess
+from .timings import DEFAULT, Timings
 
 MOVING_SECONDS = 60.0
 """Most seconds a script is retried while its slot moves before the refusal is raised."""
@@ -45,17 +47,16 @@ def slot_moving(exc: Exception) -> bool:
     return isinstance(exc, redis.ResponseError) and _NON_LOCAL in str(exc)
 
 
-class ClusterProtocol(Protocol):
-    """The protocol on a RedisCluster, keys in cluster mode. A script refused while its slot
+class ClusterAccess(RedisAccess):
+    """RedisAccess on a RedisCluster, keys in cluster mode. A script refused while its slot
     moves is run again (pausing 10 ms, doubling up to 0.5 s) for up to MOVING_SECONDS."""
 
     CLUSTER = True
-    TAKES_AHEAD = False  # a peek's connection is one node's, a script may be refused there
 
-    def __init__(self, redis_client: RedisCluster, prefix: str = DEFAULT_PREFIX) -> None:
-        super().__init__(redis_client, prefix)
+    def __init__(self, redis_client: RedisCluster, prefix: str = DEFAULT_PREFIX,
+                 timings: Timings = DEFAULT) -> None:
+        super().__init__(redis_client, prefix, timings)
         self.cluster = redis_client  # self.redis, typed as what it is here
-        self._registered: set[str] = set()  # queues this process has put in the queues set
         self._loaded: set[str] = set()  # scripts loaded on every primary for pipelines
 
     def script(self, name: str) -> Callable[..., Any]:
@@ -88,7 +89,7 @@ class ClusterProtocol(Protocol):
         return retried
 
     def each_key(self, keys: list[str], read: Callable[[Any, str], Any]) -> list[Any]:
-        """Protocol.each_key in one pipeline: a round trip per node, not per key (a pass of
+        """RedisAccess.each_key in one pipeline: a round trip per node, not per key (a pass of
         the scheduler or the reaper reads every queue's index). A key whose slot is moving
         reads as None (empty) this time; a node that lost a script gets them all again."""
         for attempt in (1, 2):
@@ -102,9 +103,21 @@ class ClusterProtocol(Protocol):
         return [None if isinstance(reply, Exception) and slot_moving(reply) else reply
                 for reply in replies]
 
+    def forget_loaded_scripts(self) -> None:
+        self._loaded.clear()
+
     def slot_groups(self, queues: Sequence[str]) -> list[list[str]]:
         """One queue per group: each has its own slot."""
         return [[queue] for queue in queues]
+
+
+class ClusterProtocol(Protocol):
+    """The protocol through a ClusterAccess: a queue's keys are in a slot of their own, which
+    the queues set and a listener's info hash are not."""
+
+    def __init__(self, access: ClusterAccess) -> None:
+        super().__init__(access)
+        self._registered: set[str] = set()  # queues this process has put in the queues set
 
     def register_queues(self, queues: Sequence[str], listened: bool = False) -> None:
         """Add the queues to the queues set, which the scripts cannot reach (it is in another
@@ -121,7 +134,7 @@ class ClusterProtocol(Protocol):
 
     def heartbeat(self, listener_id: str, queues: Sequence[str],
                   info: Mapping[str, object] | None = None, collect_cancels: bool = True,
-                  ttl: float = HEARTBEAT_TTL) -> tuple[bool, list[str], list[str]]:
+                  ttl: float | None = None) -> tuple[bool, list[str], list[str]]:
         """Protocol.heartbeat, one script per queue; the info hash, in a slot of its own, is
         written after them."""
         beat = super().heartbeat(listener_id, queues, None, collect_cancels, ttl)

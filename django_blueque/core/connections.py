@@ -12,7 +12,9 @@ acting there reserves and records what the new primary never sees, and tasks run
   what a DNS name now resolves to);
 - with Sentinel, the pool asks Sentinel for the primary's address at most every
   ``PRIMARY_CHECK_INTERVAL`` seconds, before handing out a connection, and drops every
-  connection when it changed: a process acts on a demoted primary for about that long at most.
+  connection when it changed: a process acts on a demoted primary for about that long at most;
+  and every socket a connection opens goes where Sentinel names the primary at that moment,
+  never to the last address nor to ``OPTIONS`` host and port (see :class:`_AsksSentinel`).
 """
 
 import logging
@@ -29,7 +31,8 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import AbstractConnection
 from redis.exceptions import ReadOnlyError, ResponseError
 
-from .protocol import Protocol
+from .redis_access import RedisAccess
+from .timings import DEFAULT, Timings
 
 logger = logging.getLogger("django_blueque.engine")
 
@@ -62,6 +65,27 @@ def engine_options() -> dict[str, Any]:
     if DriverInfo is not None:
         options["driver_info"] = _DRIVER_INFO
     return options
+
+
+def for_task_process(redis_client: Any, seconds: float) -> None:
+    """Set up every new connection of ``redis_client`` (a Redis or a RedisCluster) for a task
+    process: give up on a reply after ``seconds``, so that a partition shows as an error its
+    lease keeper counts, not as a call that never returns; and skip redis-py's two ``CLIENT
+    SETINFO`` round trips (the library's name in ``CLIENT LIST``), which a process that lives
+    for one task would pay on the way to its first command (the listener's own connections,
+    which live long, keep them)."""
+    nodes = getattr(redis_client, "get_nodes", None)
+    pools = ([node.redis_connection.connection_pool for node in nodes() if node.redis_connection]
+             if nodes else [redis_client.connection_pool])
+    kwargs = [pool.connection_kwargs for pool in pools]
+    manager = getattr(redis_client, "nodes_manager", None)
+    if manager is not None:
+        kwargs.append(manager.connection_kwargs)
+    anonymous: dict[str, Any] = ({"driver_info": None} if DriverInfo is not None
+                                 else {"lib_name": None, "lib_version": None})
+    for options in kwargs:
+        options["socket_timeout"] = options["socket_connect_timeout"] = seconds
+        options.update(anonymous)
 
 
 def drop_connections(pool):
@@ -117,6 +141,33 @@ def following(connection_class):
     return _following_classes[connection_class]
 
 
+class _AsksSentinel(redis.sentinel.SentinelManagedConnection):
+    """Sentinel connection mixin: every socket it opens is opened where Sentinel names the
+    primary then. redis-py asks Sentinel only in ``connect()``, when the pool hands a
+    connection out; a command sent on a connection that was cut meanwhile reconnects by
+    itself (``send_packed_command``: e.g. the UNWATCH of a transaction whose WATCH lost its
+    server, the scheduler's periodic claim in a failover), to the last address, a demoted
+    primary, or to the address given in ``OPTIONS`` if it never connected."""
+
+    def connect_to(self, address):
+        """redis-py's ``connect()``, with the address Sentinel just gave."""
+        self.host, self.port = address
+        super().connect_check_health(check_health=self.connection_pool.check_connection,
+                                     retry_socket_connect=False)
+
+    def connect_check_health(self, check_health=True, retry_socket_connect=True):
+        if not self._sock:
+            self.connect()
+
+
+class AsksSentinelConnection(_AsksSentinel):
+    """The connection of a FollowingSentinelPool."""
+
+
+class AsksSentinelSSLConnection(_AsksSentinel, redis.sentinel.SentinelManagedSSLConnection):
+    """The connection of a FollowingSentinelPool over TLS."""
+
+
 class _TracksConnections:
     """Pool mixin: connections know their pool, so a READONLY on one drops them all."""
 
@@ -141,8 +192,8 @@ class FollowingSentinelPool(_TracksConnections, redis.sentinel.SentinelConnectio
     only notices on a READONLY or when it opens a new connection)."""
 
     def __init__(self, service_name, sentinel_manager, **kwargs):
-        base = (redis.sentinel.SentinelManagedSSLConnection if kwargs.pop("ssl", False)
-                else redis.sentinel.SentinelManagedConnection)
+        base = (AsksSentinelSSLConnection if kwargs.pop("ssl", False)
+                else AsksSentinelConnection)
         kwargs["connection_class"] = following(kwargs.get("connection_class", base))
         super().__init__(service_name, sentinel_manager, **kwargs)
         self._next_check = 0.0
@@ -166,14 +217,6 @@ class FollowingSentinelPool(_TracksConnections, redis.sentinel.SentinelConnectio
                            "every connection", *address, self.service_name, *known)
             self.proxy.master_address = address
             drop_connections(self)
-
-    def check_held(self, connection):
-        """check_primary() for a connection held outside the pool (script_calls.py), which
-        is then connected afresh if it is not on the primary: when a new connection of the pool
-        finds the primary moved first, redis-py resets the pool's idle connections only."""
-        self.check_primary()
-        if self.proxy.master_address not in (None, (connection.host, connection.port)):
-            connection.disconnect()
 
 
 class FollowingSentinel(redis.sentinel.Sentinel):
@@ -238,6 +281,8 @@ def engine_twin(redis_client: redis.Redis | RedisCluster) -> redis.Redis | Redis
     if isinstance(pool, redis.sentinel.SentinelConnectionPool):
         options.pop("connection_pool", None)
         options.pop("connection_class", None)
+        # redis-py's Sentinel pool keeps ssl out of its options: it chose its connection class
+        options["ssl"] = issubclass(pool.connection_class, redis.connection.SSLConnection)
         twin: redis.ConnectionPool = FollowingSentinelPool(
             pool.service_name, pool.sentinel_manager, **options)
     else:
@@ -254,18 +299,17 @@ class NotReplicated(redis.ConnectionError):
     lost connection, by every caller."""
 
 
-class AcknowledgedProtocol(Protocol):
-    """The protocol, with a task's start and end acknowledged by ``replicas`` replicas
+class AcknowledgedAccess(RedisAccess):
+    """RedisAccess, with a task's start and end acknowledged by ``replicas`` replicas
     (``WAIT`` on the connection that wrote them) before a task runs or its end counts: a
     failover then cannot forget a start (the task would run twice) or a result (it would run
     again). Costs one WAIT round trip (to the replica) per start and per end."""
 
     ACKNOWLEDGED = ("start", "take", "finish")  # take: the runner's reserve and start
-    TAKES_AHEAD = False  # a take sent ahead would not wait for the replicas
 
     def __init__(self, redis_client: redis.Redis, prefix: str, replicas: int,
-                 timeout: float) -> None:
-        super().__init__(redis_client, prefix)
+                 timeout: float, timings: Timings = DEFAULT) -> None:
+        super().__init__(redis_client, prefix, timings)
         self.replicas = int(replicas)
         self.timeout_ms = max(1, int(timeout * 1000))
 

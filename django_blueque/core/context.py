@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from .lease import LeaseKeeper
+from .checkpoints import decode_checkpoint, encode_checkpoint, save_checkpoint
+from .depends import dependency_results
+from .progress import report_progress
 
 if TYPE_CHECKING:
     from .protocol import Protocol
@@ -33,16 +36,11 @@ class RunningTask:
         self.lease_lost = threading.Event()
         self.finished = threading.Event()
         self.timed_out = threading.Event()  # stopped by its own deadline (listener gone)
-        # held while the end is recorded or the lease renewed: the two never cross, so a
-        # renewal never finds the lease gone because this process just recorded its end
-        self.recording = threading.Lock()
-        self.assign(task, token, timeout, queue)
-
-    def assign(self, task: Task, token: str, timeout: float | None = None,
-               queue: str | None = None) -> None:
-        """Make this the run of ``task``. A task process builds its RunningTask on made-up
-        values while it waits for its task (four events cost a process just forked 0.1 ms),
-        then assigns it the task it is handed."""
+        self.cut_off = threading.Event()  # nobody could renew its lease for a while (lease.py)
+        # set once its code is done and its end is being recorded: a renewal that then finds
+        # the lease gone was overtaken by that recording (or by a try whose reply was lost),
+        # so the lease keeper stops quietly instead of ending the process
+        self.ending = threading.Event()
         self.task = task
         self.id = task.id
         # the queue it was taken from, which chooses the code that runs it: the hash's own
@@ -51,23 +49,54 @@ class RunningTask:
         self.token = token
         self.attempt = task.attempts or 1  # counted when the run started
         self.timeout = timeout  # seconds this run may take: its own or its queue's
+        self._checkpoint = task.fields.get("checkpoint")  # as stored (checkpoints.py)
+        # turns a stored result into the value dependency_results gives (the Django registry
+        # decodes its JSON); the stored string itself by default, as blueque 1.0 keeps it
+        self.decode_result: Callable[[str], object] = str
+
+    @property
+    def dependency_results(self) -> dict[str, object]:
+        """``{id: result}`` of the tasks this one waited for (``depends_on``), in the order
+        given; None for one that failed (allowed by ``allow_failure``) or is gone. Read from
+        Redis at each call."""
+        stored = dependency_results(self.protocol.read_tasks, self.task)
+        return {task_id: None if result is None else self.decode_result(result)
+                for task_id, result in stored.items()}
 
     def report_progress(self, percent: float, message: str = "") -> bool | None:
-        """Record how far the task is (0..100) and a message anyone can read."""
+        """Record how far the task is (0..100) and a message anyone can read. Never raises a
+        Redis error: a report Redis cannot take now is delivered when it answers (progress.py).
+        True if recorded, False if the task lost its lease, None if not delivered yet."""
         percent = float(percent)
         if not 0 <= percent <= 100:
             raise ValueError(f"progress must be between 0 and 100, not {percent}")
         if not isinstance(message, str):
             raise TypeError(f"progress message must be a string, not {type(message).__name__}")
-        return self.protocol.report_progress(self.id, self.token, percent, message)
+        return report_progress(self.protocol, self.id, self.token, percent, message)
+
+    @property
+    def checkpoint_state(self) -> Any:
+        """The state of the task's last checkpoint (this run's or an earlier run's), None if
+        it has none; CheckpointError if its field holds something else than JSON."""
+        return decode_checkpoint(self.id, self._checkpoint)
+
+    def checkpoint(self, state: Any) -> bool:
+        """Save ``state`` (JSON, at most MAX_CHECKPOINT_BYTES encoded) for a later run of this
+        task to resume from. True if saved; False if this run lost its lease (a newer run's
+        checkpoint is kept). Waits while Redis is away."""
+        encoded = encode_checkpoint(state)
+        saved = save_checkpoint(self.protocol.runs, self.id, self.token, encoded, self.should_stop)
+        if saved:
+            self._checkpoint = encoded
+        return saved
 
     def should_stop(self) -> bool:
-        """True once someone asked to cancel this task: a long task can end cleanly."""
-        return self.cancel_requested.is_set() or self.lease_lost.is_set()
-
-    def keep_lease(self, parents: tuple[int, ...], own_process: bool = True) -> None:
-        """Renew the lease from a daemon thread until ``finished`` is set (see lease.py)."""
-        LeaseKeeper().keep(self, parents, own_process)
+        """True once the task should end early: someone asked to cancel it, or its lease was
+        lost or could not be renewed for a while (lease.py). A long task can end cleanly.
+        Reads what the lease's renewals saw, never Redis, so it cannot fail while Redis is
+        away."""
+        return (self.cancel_requested.is_set() or self.lease_lost.is_set()
+                or self.cut_off.is_set())
 
 
 class NoTask(RunningTask):
@@ -98,6 +127,18 @@ class NoTask(RunningTask):
 
     def should_stop(self) -> bool:
         return False
+
+    @property
+    def dependency_results(self) -> dict[str, object]:
+        return {}
+
+    @property
+    def checkpoint_state(self) -> None:
+        return None  # a plain call is always a first run
+
+    def checkpoint(self, state: Any) -> None:  # type: ignore[override]
+        """Checked as in a task (JSON, size), and kept nowhere: nothing runs this call again."""
+        encode_checkpoint(state)
 
 
 _NO_TASK = NoTask()

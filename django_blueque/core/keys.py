@@ -12,6 +12,7 @@ the queue's slot. Only the queues set, listener info hashes and the reaper's clo
 keys, written apart from the scripts. blueque 1.0 cannot read these names.
 """
 
+import functools
 import os
 import re
 import secrets
@@ -22,6 +23,7 @@ DEFAULT_PREFIX = "blueque"
 
 # Task statuses, as blueque 1.0 writes them.
 SCHEDULED = "scheduled"
+WAITING = "waiting"  # django_blueque's: waits for its dependencies, in no list 1.0 reads
 PENDING = "pending"
 RESERVED = "reserved"
 STARTED = "started"
@@ -56,6 +58,9 @@ EXTENSION_FIELDS = (
     "expires",           # finished + retention: when the reaper may delete the task
     "progress",          # percentage 0..100 reported by the running task
     "progress_message",  # free text reported with the progress
+    "checkpoint",        # JSON state the running task saved for a later run to resume from
+    "checkpoint_at",     # time.time() of that checkpoint
+    "usage",             # JSON list of runs' {attempt, peak_memory (bytes), cpu (s), time}
     "error_type",        # exception class of the failure ("builtins.ValueError", "Killed", ...)
     "traceback",         # formatted traceback of the failure
     "last_error",        # error of the previous attempt, kept while a retry is scheduled
@@ -64,7 +69,18 @@ EXTENSION_FIELDS = (
     "unique_key",        # the key no other waiting task of the queue may hold (see `unique`)
     "unique_until",      # 'start' (the key is free once the task starts) or 'end'
     "errors",            # JSON list of every failed run's error, oldest first (values.ErrorEntry)
+    "depends_on",        # JSON list of the ids this task waits for, in the order given
+    "waiting_for",       # how many of them have not ended yet (0: it may run)
+    "allow_failure",     # '1': a dependency that fails counts as ended (else it cancels this one)
+    "blocked_by",        # the dependency whose failure cancelled this task (a retry revives it)
+    "workflow",          # id of the workflow (chain, group) this task belongs to
+    "ended_by",          # '<end id> <outcome>' of the last end a task process recorded
+    "concurrency_key",   # tasks sharing it run at most MAX_RUNNING_PER_KEY at once (admission.py)
+    "held_since",        # Redis time it was first set aside while its concurrency key was full
+    "traceparent",       # W3C trace context of the enqueue (tracing.py), when a span was current
+    "tracestate",        # its vendor part, when it has one
 )
+TRACE_FIELDS = ("traceparent", "tracestate")
 
 UNIQUE_UNTIL = ("start", "end")
 """When a unique task frees its key: when it starts (the default) or when it ends."""
@@ -92,12 +108,11 @@ def _valid_pid(text: str) -> bool:
     return text.isascii() and text.isdigit() and len(text) <= 10 and 0 < int(text) < 2**31
 
 
+@functools.cache
 def hostname() -> str:
     """This host's name, the host part of its listeners' ids and of what they report:
-    ``socket.getfqdn()``, as blueque 1.0 names its listeners. Not cached: with a cache, the
-    pickup latency of bench/run.py went from 2.8 to 4.9 ms here (p50; reproducible, from about
-    ten seconds after the listener started; not understood), and a host renamed while it runs
-    shows its new name at the next heartbeat."""
+    ``socket.getfqdn()``, as blueque 1.0 names its listeners. Cached: getfqdn() may ask DNS,
+    which must not be on every heartbeat's way (nor hang it)."""
     return socket.getfqdn()
 
 
@@ -270,11 +285,77 @@ class Keys:
         blocking peek waits on (a sorted set cannot be peeked at without taking)."""
         return self._key("priority_wake", self._q(queue))
 
+    def full(self, queue: str) -> str:
+        """STRING: set while a take found the queue at its MAX_RUNNING (admission.py); the
+        end of a run there deletes it and wakes the listeners waiting on ``slot_wake``."""
+        return self._key("full", self._q(queue))
+
+    def slot_wake(self, queue: str) -> str:
+        """LIST holding one element once a run of a full queue ended: what the blocking peek
+        of a listener waiting for a slot there returns on."""
+        return self._key("slot_wake", self._q(queue))
+
+    def running_keys(self, queue: str) -> str:
+        """ZSET, every score 0: ``"<concurrency key> <id>"`` of each started task of the queue
+        that has a key, so a lexical range counts one key's runs."""
+        return self._key("running_keys", self._q(queue))
+
+    def held(self, queue: str) -> str:
+        """ZSET, every score 0: ``"<concurrency key> <held_since> <id>"`` of each task set
+        aside while its key was full, so a lexical range gives one key's oldest."""
+        return self._key("held", self._q(queue))
+
+    def starts(self, queue: str) -> str:
+        """ZSET: the reservation token of each start within the queue's RATE_LIMIT window ->
+        its time on Redis's clock (it expires with the window)."""
+        return self._key("starts", self._q(queue))
+
+    def admission(self, queue: str) -> list[str]:
+        """The keys of a queue's limits, in the order admission.lib reads them."""
+        return [self.full(queue), self.slot_wake(queue), self.running_keys(queue),
+                self.held(queue), self.starts(queue)]
+
     def waiting(self, queue: str) -> list[str]:
         """The keys where a queue's pending tasks wait, in the order the scripts take them:
         pending list, prioritized set, its sequence counter, its wake list."""
         return [self.pending(queue), self.prioritized(queue), self.priority_sequence(queue),
                 self.priority_wake(queue)]
+
+    def waiting_tasks(self, queue: str) -> str:
+        """ZSET: the tasks of a queue waiting for their dependencies -> time they were
+        enqueued. No blueque 1.0 worker reads it, so none takes a waiting task early."""
+        return self._key("waiting_tasks", self._q(queue))
+
+    def dependents(self, task_id: str) -> str:
+        """SET: the ids of the tasks still waiting for this one to end (one member per edge;
+        the script recording its end settles each). Also kept for the dependents a failure
+        cancelled, so that a retry revives them."""
+        return self._key("dependents", task_id)
+
+    def settling(self, queue: str) -> str:
+        """HASH index: id of an ended task whose dependents are still to be settled -> SSCAN
+        cursor of its dependents set (depends.lib hands over what one script would take too
+        long to do; settle.lua goes on from there)."""
+        return self._shared("settling", queue)
+
+    def workflow(self, workflow_id: str) -> str:
+        """STRING: JSON of a workflow (chain, group): its tasks' ids, step by step."""
+        return self._key("workflow", workflow_id)
+
+    def dependency_templates(self) -> str:
+        """The key names the dependency scripts build for a task or queue they only learn of
+        as they go (depends.lib), a line each, in the order depends.lib reads them:
+        ``before<TAB>after`` (the key is ``before + name + after``), or the key alone for an
+        index shared by every queue (one key outside cluster mode)."""
+        lines = []
+        for key_of in (self.waiting_tasks, self.pending, self.prioritized,
+                       self.priority_sequence, self.priority_wake, self.scheduled,
+                       self.due_queues, self.failed, self.unique, self.error_types,
+                       lambda queue: self.failed_of_type(queue, ""), self.dependents,
+                       self.task, self.settling):
+            marked = key_of("\0")
+            lines.append("\t".join(self.around(key_of)) if "\0" in marked else marked)
+        return "\n".join(lines)
 
     def listener_leases(self, queue: str) -> str:
         """ZSET: listener id -> time its heartbeat expires. Only our listeners are in it, so a

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -22,11 +23,17 @@ import redis
 from . import keys as k
 from . import sweep
 from .outages import is_transient
-from .protocol import LEASE_TTL
 from .protocol_upkeep import LAPSED_BATCH
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .protocol import Protocol
+
+class HasProtocol(typing.Protocol):
+    """What reap() and enqueue_due_tasks() take: an engine Client (anything with a protocol)."""
+
+    @property
+    def protocol(self) -> Protocol: ...
+
 
 Policy = Callable[[str], Mapping[str, float | None]]
 """``queue -> {'retries', 'backoff', 'timeout', 'retention'}``: a queue's defaults."""
@@ -60,20 +67,20 @@ def process_running(pid: int) -> bool:
     return True
 
 
-def enqueue_due_tasks(client: Client, queues: Iterable[str] | None = None
+def enqueue_due_tasks(client: HasProtocol, queues: Iterable[str] | None = None
                       ) -> dict[str, list[str]]:
     """Move due scheduled tasks of the given queues, or of the queues the due index says are
     due (after sweeping the next window of queues into it); returns {queue: [ids]}. A queue
     whose keys hold the wrong type is skipped with a warning: the others go on."""
     if queues is None:
-        window = sweep.sweep_window(client, "scheduler")
+        window = sweep.sweep_window(client.protocol, "scheduler")
         if window:
-            client.protocol.index_queues(window)
-        queues = client.protocol.due_queues(LAPSED_BATCH)
+            client.protocol.upkeep.index_queues(window)
+        queues = client.protocol.upkeep.due_queues(LAPSED_BATCH)
     moved: dict[str, list[str]] = {}
     for queue in queues:
         try:
-            ids = client.protocol.move_due(queue)
+            ids = client.protocol.upkeep.move_due(queue)
         except redis.ResponseError as exc:
             if is_transient(exc):
                 raise
@@ -84,14 +91,6 @@ def enqueue_due_tasks(client: Client, queues: Iterable[str] | None = None
     return moved
 
 
-CONFIRM_SECONDS = 8.0
-"""How long the reaper must see a lease lapsed, pass after pass, before it acts on it: longer
-than a living process needs to renew once Redis answers again (it retries every second)."""
-
-MAX_GAP = LEASE_TTL / 2
-"""Passes further apart than this (Redis was away, or this process was stopped) start the
-observation over: nobody could renew meanwhile."""
-
 RECHECK_SECONDS = 2.0
 """How soon a reaper looks again at the leases it suspects."""
 
@@ -100,19 +99,22 @@ class Reaper:
     """The reaper, with its memory between passes.
 
     A listener's heartbeat or a task's lease that has lapsed is acted on only once this reaper
-    has seen it lapsed for CONFIRM_SECONDS of Redis's clock, in passes never more than MAX_GAP
-    apart, on a Redis up for at least as long. A lease that lapsed because Redis itself was
-    away (stopped, restarting, failing over: nobody could renew) is therefore renewed by its
-    living process before anyone acts on it; a dead process's lease stays lapsed and is acted
-    on. Every action is one guarded atomic step, so any number of reapers may run.
+    has seen it lapsed for ``Timings.confirm`` seconds of Redis's clock, in passes never more
+    than ``Timings.max_gap`` apart (further apart: Redis was away, or this process was
+    stopped, and nobody could renew meanwhile), on a Redis up for at least as long. A lease
+    that lapsed because Redis itself was away (stopped, restarting, failing over: nobody could
+    renew) is therefore renewed by its living process before anyone acts on it; a dead
+    process's lease stays lapsed and is acted on. Every action is one guarded atomic step, so
+    any number of reapers may run.
     """
 
-    def __init__(self, client: Client, *, policy: Policy | None = None,
-                 hostname: str | None = None, confirm: float = CONFIRM_SECONDS) -> None:
-        self.client = client
+    def __init__(self, protocol: Protocol, *, policy: Policy | None = None,
+                 hostname: str | None = None, confirm: float | None = None) -> None:
+        self.protocol = protocol
         self.policy: Policy = policy or (lambda queue: {})
         self.hostname = hostname or k.hostname()
-        self.confirm = confirm
+        self.confirm = protocol.timings.confirm if confirm is None else confirm
+        self.max_gap = protocol.timings.max_gap
         # (kind, queue, name) -> Redis time first seen lapsed
         self._suspects: dict[tuple[str, str, str], float] = {}
         self._last_pass: float | None = None  # Redis time of the last pass that reached Redis
@@ -128,10 +130,10 @@ class Reaper:
         finished tasks past their retention. Returns the Actions done (or, with ``dry_run``,
         those it would do now for every lease lapsed at this moment)."""
         try:
-            now, uptime = self.client.protocol.server_clock(probe_writes=not dry_run)
+            now, uptime = self.protocol.upkeep.server_clock(probe_writes=not dry_run)
             queues = list(queues if queues is not None
-                          else sweep.sweep_window(self.client, "reaper"))
-            if self._last_pass is None or now - self._last_pass > MAX_GAP \
+                          else sweep.sweep_window(self.protocol, "reaper"))
+            if self._last_pass is None or now - self._last_pass > self.max_gap \
                     or uptime < self.confirm:
                 self._suspects.clear()  # Redis was away, refused writes or restarted
             self._last_pass = now
@@ -161,7 +163,7 @@ class Reaper:
     def _read(self, commands: Iterable[Callable[..., object]]) -> list[Any]:
         """Per-queue replies of a read-only pipeline; a queue whose key holds the wrong type
         gives an exception instead of its reply, and is skipped with a warning."""
-        with self.client.redis.pipeline(transaction=False) as pipe:
+        with self.protocol.redis.pipeline(transaction=False) as pipe:
             for command in commands:
                 command(pipe)
             return pipe.execute(raise_on_error=False)
@@ -171,11 +173,11 @@ class Reaper:
         Ours are dead once their heartbeat has lapsed long enough; blueque 1.0's (no
         heartbeat) by 1.0's own rule only: same host and pid not running."""
         actions: list[Action] = []
-        for queue, listener_id, expiry in self.client.protocol.lapsed_listeners(
+        for queue, listener_id, expiry in self.protocol.upkeep.lapsed_listeners(
                 dry_run=self._dry_run):
             leases: dict[str, float] = {} if expiry is None else {listener_id: expiry}
             actions += self._judge_listener(queue, listener_id, leases)
-        keys = self.client.keys
+        keys = self.protocol.keys
         replies = self._read([command for queue in queues for command in (
             lambda pipe, q=queue: pipe.smembers(keys.listeners(q)),
             lambda pipe, q=queue: pipe.zrange(keys.listener_leases(q), 0, -1, withscores=True))])
@@ -215,17 +217,17 @@ class Reaper:
         return None
 
     def _release(self, queue: str, listener_id: str, why: str) -> list[Action]:
-        client = self.client
+        protocol = self.protocol
         if self._dry_run:
-            reserved = cast("list[str]",
-                            client.redis.lrange(client.keys.reserved(queue, listener_id), 0, -1))
+            reserved = cast("list[str]", protocol.redis.lrange(
+                protocol.keys.reserved(queue, listener_id), 0, -1))
             return [Action(queue, "would release listener", why, listener_id=listener_id)] + [
                 Action(queue, "would requeue or check", f"held by dead {listener_id}", task_id)
                 for task_id in reserved]
-        released = client.protocol.release_listener(listener_id, queue)
+        released = protocol.release_listener(listener_id, queue)
         if released is None:
             return []  # another reaper got there first
-        client.protocol.forget_listener(listener_id, [queue])
+        protocol.forget_listener(listener_id, [queue])
         requeued, _started = released  # started ones are left to the lease sweep
         return [Action(queue, "released listener", why, listener_id=listener_id)] + [
             Action(queue, "requeued", f"reserved by dead listener {listener_id}, never started",
@@ -236,17 +238,17 @@ class Reaper:
         lapsed long enough; blueque 1.0's when their listener is gone and their pid is not
         running on this host."""
         actions: list[Action] = []
-        for task_id, queue, listener_id, pid, token in self.client.protocol.lapsed_leases(
+        for task_id, queue, listener_id, pid, token in self.protocol.upkeep.lapsed_leases(
                 dry_run=self._dry_run):
             parsed = k.parse_listener_id(listener_id)
             if not (k.valid_name(queue) and parsed and pid.isdigit()):
                 logger.warning("task %r: lease lapsed but its queue, node or pid is unreadable;"
                                " left to the sweep", task_id)
                 continue
-            member = self.client.keys.started_member(listener_id, pid, task_id)
+            member = self.protocol.keys.started_member(listener_id, pid, task_id)
             actions += self._recover(queue, member, listener_id, int(pid), task_id, (),
                                      k.STARTED, token, None, False)
-        keys = self.client.keys
+        keys = self.protocol.keys
         queues = self._within_budget(queues)
         replies = self._read([command for queue in queues for command in (
             lambda pipe, q=queue: pipe.sscan(keys.started(q), sweep.started_cursor(keys, q),
@@ -285,7 +287,7 @@ class Reaper:
     def _within_budget(self, queues: Sequence[str]) -> list[str]:
         """The window's queues whose started sets this pass sweeps: those with members, in
         order, while the members read stay within sweep.SWEEP_MEMBERS (at least one queue)."""
-        sizes = self._read([lambda pipe, q=queue: pipe.scard(self.client.keys.started(q))
+        sizes = self._read([lambda pipe, q=queue: pipe.scard(self.protocol.keys.started(q))
                             for queue in queues])
         chosen: list[str] = []
         budget = sweep.SWEEP_MEMBERS
@@ -303,10 +305,10 @@ class Reaper:
         if ("task", queue, member) in self._handled:
             return []  # seen in the index and in the sweep's window
         self._handled.add(("task", queue, member))
-        client = self.client
+        protocol = self.protocol
         if status is None:
             if not self._dry_run:
-                client.protocol.forget_started(queue, member)
+                protocol.upkeep.forget_started(queue, member)
             return [Action(queue, "dropped started entry", "task hash is gone", task_id)]
         if status != k.STARTED:
             return []
@@ -315,7 +317,11 @@ class Reaper:
         if token:
             if lease_alive or not self._lapsed_long_enough(("task", queue, member)):
                 return []
-            why = f"listener lost: the task's process on {listener_id} stopped renewing its lease"
+            why = (f"its process stopped renewing its lease while its listener {listener_id} "
+                   f"lived (the process was cut off from Redis, or is not the listener's "
+                   f"child)" if listener_id in listeners else
+                   f"listener lost: {listener_id} and the task's process stopped renewing its "
+                   f"lease")
         else:
             host = (k.parse_listener_id(listener_id) or ("", 0))[0]
             if listener_id in listeners or host != self.hostname or process_running(pid):
@@ -324,7 +330,7 @@ class Reaper:
         if self._dry_run:
             return [Action(queue, "would fail or retry", why, task_id)]
         try:
-            outcome = client.protocol.finish(
+            outcome = protocol.finish(
                 queue, task_id, listener_id=listener_id, pid=pid, token=token,
                 outcome=k.FAILED, value=why, error_type="ListenerLost",
                 policy=self.policy(queue), lapsed_only=True)
@@ -340,17 +346,17 @@ class Reaper:
     def _expire(self, queues: Sequence[str]) -> list[Action]:
         """Expire the finished lists the expiring index says are due, after sweeping the
         window's queues into it."""
-        protocol = self.client.protocol
-        lists: Iterable[tuple[str, str]] = protocol.expiring_lists(LAPSED_BATCH,
+        protocol = self.protocol
+        lists: Iterable[tuple[str, str]] = protocol.upkeep.expiring_lists(LAPSED_BATCH,
                                                                    dry_run=self._dry_run)
         if self._dry_run:  # nothing written: the window's lists are looked at directly
             lists = set(lists) | {(status, queue) for queue in queues for status in k.FINISHED}
         elif queues:
-            protocol.index_queues(queues, lambda queue: self.policy(queue).get("retention"))
-            lists = protocol.expiring_lists(LAPSED_BATCH)
+            protocol.upkeep.index_queues(queues, lambda queue: self.policy(queue).get("retention"))
+            lists = protocol.upkeep.expiring_lists(LAPSED_BATCH)
         actions: list[Action] = []
         for status, queue in sorted(lists, key=lambda entry: (entry[1], entry[0])):
-            actions += _expire_list(self.client, queue, status,
+            actions += _expire_list(self.protocol, queue, status,
                                     self.policy(queue).get("retention"), self._dry_run)
         return actions
 
@@ -362,10 +368,10 @@ def _skip_broken(queue: str, what: str, *replies: object) -> bool:
     return bool(broken)
 
 
-def _expire_list(client: Client, queue: str, status: str, default: float | None,
+def _expire_list(protocol: Protocol, queue: str, status: str, default: float | None,
                  dry_run: bool) -> list[Action]:
     try:
-        count = client.protocol.expire_finished(queue, status, default, dry_run=dry_run)
+        count = protocol.upkeep.expire_finished(queue, status, default, dry_run=dry_run)
     except redis.ResponseError as exc:
         if is_transient(exc):
             raise
@@ -377,10 +383,10 @@ def _expire_list(client: Client, queue: str, status: str, default: float | None,
                    "retention passed")]
 
 
-def reap(client: Client, queues: Iterable[str] | None = None,
+def reap(client: HasProtocol, queues: Iterable[str] | None = None,
          retention: float | Callable[[str], float | None] | None = None, dry_run: bool = False,
          hostname: str | None = None, *, policy: Policy | None = None,
-         confirm: float = CONFIRM_SECONDS) -> list[Action]:
+         confirm: float | None = None) -> list[Action]:
     """Reap until decided: passes RECHECK_SECONDS apart until no lapsed lease is left
     undecided (at most about ``confirm`` seconds). Returns the Actions (the caller reports
     them: bq_reap prints them). A dry run is one pass that reports every lapsed lease.
@@ -389,7 +395,7 @@ def reap(client: Client, queues: Iterable[str] | None = None,
     if policy is None:
         def policy(queue: str) -> Mapping[str, float | None]:
             return {"retention": retention(queue) if callable(retention) else retention}
-    reaper = Reaper(client, policy=policy, hostname=hostname, confirm=confirm)
+    reaper = Reaper(client.protocol, policy=policy, hostname=hostname, confirm=confirm)
     actions = reaper.reap(queues, dry_run)
     while reaper.undecided and not dry_run:
         time.sleep(RECHECK_SECONDS)

@@ -16,7 +16,7 @@ from . import keys as k
 from .maintenance import process_running
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .protocol import Protocol
 
 
 def local_pid(listener_id: str, hostname: str) -> int | None:
@@ -25,21 +25,21 @@ def local_pid(listener_id: str, hostname: str) -> int | None:
     return parsed[1] if parsed is not None and parsed[0] == hostname else None
 
 
-def dead_local_listeners(client: Client, queue: str, own_id: str) -> list[str]:
+def dead_local_listeners(protocol: Protocol, queue: str, own_id: str) -> list[str]:
     """Listeners of ``queue`` that blueque 1.0's rule finds dead: from this host and their pid
     not running. It holds for ours too: on its own host a pid tells at once what an expired
     heartbeat tells 15 s later."""
     hostname = k.hostname()
     dead = []
     for listener_id in sorted(cast("set[str]",
-                                   client.redis.smembers(client.keys.listeners(queue)))):
+                                   protocol.redis.smembers(protocol.keys.listeners(queue)))):
         pid = local_pid(listener_id, hostname)
         if listener_id != own_id and pid and pid != os.getpid() and not process_running(pid):
             dead.append(listener_id)
     return dead
 
 
-def recover_local_orphans(client: Client, queue: str, own_id: str,
+def recover_local_orphans(protocol: Protocol, queue: str, own_id: str,
                           policy: Mapping[str, float | None] | None = None
                           ) -> tuple[list[str], list[str]]:
     """What blueque 1.0's runner does when it starts, for every dead listener of ``queue`` on
@@ -47,15 +47,14 @@ def recover_local_orphans(client: Client, queue: str, own_id: str,
     retry, by the task's or ``policy``'s retries) its started tasks whose process is gone too.
     A started task whose process still runs is left to it: it records its own end.
     Returns ``(requeued ids, recovered ids)``."""
-    protocol = client.protocol
     requeued, recovered = [], []
-    for listener_id in dead_local_listeners(client, queue, own_id):
+    for listener_id in dead_local_listeners(protocol, queue, own_id):
         released = protocol.release_listener(listener_id, queue)
         if released is None:
             continue  # someone else released it
         protocol.forget_listener(listener_id, [queue])
         requeued += released[0]
-        for task in client.get_tasks(released[1]):
+        for task in protocol.read_tasks(released[1]):
             if task.status != k.STARTED or (task.pid and process_running(task.pid)):
                 continue
             why = f"listener lost: {listener_id} and its task process {task.pid} are gone"

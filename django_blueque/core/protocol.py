@@ -1,6 +1,9 @@
 """The Blueque protocol's operations: one method per row of the protocol table, plus the
-extensions. Hold ../shared/docs/protocol.md (and the README's protocol section) beside this
+extensions. Hold the protocol's reference (docs/reference/protocol.rst) beside this
 module: each method sends the commands its row lists, as one transaction or one Lua script.
+The run path is here; the other operations are in the parts a Protocol owns (protocol_upkeep.py,
+protocol_admin.py, protocol_workflows.py, protocol_runs.py), each reaching Redis through the
+protocol's one RedisAccess (redis_access.py).
 
 Values are written as blueque 1.0 writes them: strings, ints via ``str()``, times as
 ``time.time()`` floats via ``repr()``.
@@ -9,44 +12,40 @@ Values are written as blueque 1.0 writes them: strings, ints via ``str()``, time
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from importlib import resources
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar, cast
+
+from redis.exceptions import NoScriptError
 
 from . import keys as k
-from .protocol_admin import AdminOperations
-from .protocol_upkeep import UpkeepOperations, _optional, encode_time, now
-from .script_calls import KeptConnection, ScriptCall
+from .admission import Admission
+from .depends import check_dependencies
+from .protocol_admin import UNLIST_WINDOW, AdminOperations
+from .protocol_runs import RunOperations
+from .protocol_upkeep import UpkeepOperations, _optional, checked_eta, encode_time, now
+from .protocol_workflows import WorkflowOperations
+from .task import Task
+from .tracing import traced_enqueue
 from .values import Taken, taken
 
 if TYPE_CHECKING:
-    import redis
     from redis.client import Pipeline
-    from redis.cluster import RedisCluster
+
+    from .redis_access import RedisAccess
 
 WireValue = str | bytes | int | float
 """What Redis stores as a task's parameters, result or error (redis-py encodes it)."""
 
 _W = TypeVar("_W")
 
-LEASE_TTL = 15.0
-"""Seconds a running task's lease lasts without renewal; its process renews it every third."""
-
 ENQUEUE_BATCH = 1000
 """Most tasks one enqueue script call writes (Redis runs a script alone: keep it short)."""
 
-HEARTBEAT_TTL = 15.0
-"""Seconds a listener counts as alive after its last heartbeat; it beats every third."""
+UNWRITTEN_WAIT = 60.0
+UNWRITTEN_PAUSE = 1.0
+"""How long an id pushed before its task hash is kept waiting for it (then it fails), and the
+pause between two looks (see reserve.lib's wait_for_hash)."""
 
-IDLE_HEARTBEAT_TTL = 180.0
-"""The same for a listener with no task (it beats every third, a command every few seconds
-per hundred idle listeners): a listener that dies idle leaves nothing to recover, and the
-reserve that gives it a task brings its lease back to HEARTBEAT_TTL in the same step."""
-
-UNLIST_WINDOW = 10_000
-"""How far from either end of a list an operator's retry, delete or cancel of one task looks
-for its id (LPOS ... MAXLEN): a task deeper in a longer list is left alone (cancel flags it),
-since LREM would scan the list whole while Redis serves nobody else."""
 
 
 def check_wire_value(name: str, value: _W) -> _W:
@@ -59,49 +58,32 @@ def check_wire_value(name: str, value: _W) -> _W:
     return value
 
 
-def lua_source(path):
-    """A script's text, each ``--#include NAME`` line replaced by the file NAME beside it
-    (Redis gives scripts no way to call one another's functions)."""
-    return "\n".join(path.parent.joinpath(line.split()[1]).read_text()
-                     if line.startswith("--#include ") else line
-                     for line in path.read_text().splitlines())
+NO_LIMITS = Admission()
 
 
 def new_token() -> str:
     return uuid.uuid4().hex
 
 
-class Protocol(UpkeepOperations, AdminOperations):
-    """The operations, bound to one Redis client and one key prefix (the scheduler's and
-    the reaper's in UpkeepOperations, the admin's in AdminOperations)."""
+class Protocol:
+    """The operations, bound to one Redis client and one key prefix (``access``): the run
+    path here, and its parts: the scheduler's and the reaper's (``upkeep``), the admin's
+    (``admin``), the workflows' (``workflows``) and what a run writes besides its start and
+    end (``runs``)."""
 
-    CLUSTER = False
-    """Keys in cluster mode (see keys.py)? ClusterProtocol's are."""
-
-    TAKES_AHEAD = True
-    """May a listener send its take ahead of the task (take_ahead.py)? Not in cluster mode,
-    nor where each take waits for replicas."""
-
-    def __init__(self, redis_client: redis.Redis | RedisCluster,
-                 prefix: str = k.DEFAULT_PREFIX) -> None:
-        self.redis = redis_client
-        self.keys = k.Keys(prefix, cluster=self.CLUSTER)
-        self._task_prefix = self.keys.task("")
-        # all read now, so a forked task process finds them ready (it runs EVALSHA at once)
-        self._scripts = {
-            path.name[:-4]: self.redis.register_script(lua_source(path))
-            for path in resources.files(__package__).joinpath("lua").iterdir()
-            if path.name.endswith(".lua")}
-        kept = KeptConnection(self.redis)  # ClusterProtocol calls its scripts its own way
-        self._calls = {name: ScriptCall(script, kept) for name, script in self._scripts.items()}
-
-    def script(self, name: str) -> Callable[..., Any]:
-        """A Lua script of lua/, run by EVALSHA (and loaded by redis-py when Redis lacks it),
-        on a connection kept for script calls (see script_calls.py)."""
-        return self._calls[name]
+    def __init__(self, access: RedisAccess) -> None:
+        self.access = access
+        self.redis = access.redis
+        self.keys = access.keys
+        self.timings = access.timings
+        self.workflows = WorkflowOperations(access, self.enqueue)
+        self.upkeep = UpkeepOperations(access, self.enqueue)
+        self.admin = AdminOperations(access, self.workflows.settle)
+        self.runs = RunOperations(access)
 
     # -- producers -------------------------------------------------------------------------
 
+    @traced_enqueue
     def enqueue(self, queue: str, parameters_list: Sequence[WireValue],
                 extra: Mapping[str, object] | None = None,
                 task_ids: Sequence[str | None] | None = None,
@@ -131,16 +113,21 @@ class Protocol(UpkeepOperations, AdminOperations):
         if fields:
             keys += [*self.keys.waiting(queue)[1:], self.keys.scheduled(queue),
                      self.keys.due_queues(queue), self.keys.unique(queue)]
-        head = [queue, self._task_prefix, status, encode_time(now()), UNLIST_WINDOW,
-                len(fields) // 2, *fields]
+        templates = ""
+        if "depends_on" in fields[::2]:
+            check_dependencies(self.keys, queue, str((extra or {})["depends_on"]),
+                               len(parameters_list))
+            templates = self.access.dependency_templates
+        head = [queue, self.access.task_prefix, status, encode_time(now()), UNLIST_WINDOW,
+                templates, len(fields) // 2, *fields]
         tasks = [item for pair in zip(ids, parameters_list, strict=True) for item in pair]
         calls = [head + tasks[start:start + 2 * ENQUEUE_BATCH]
                  for start in range(0, len(tasks), 2 * ENQUEUE_BATCH)]
-        script = self.script("enqueue")
+        script = self.access.script("enqueue")
         if pipe is None and len(calls) == 1:
             reply = script(keys=keys, args=calls[0])
             if reply is None:  # the task is written: the sweep will index it
-                self.broken_index(self.keys.due_queues(queue), mend=False)
+                self.access.broken_index(self.keys.due_queues(queue), mend=False)
             return [reply] if reply else ids
         own = pipe is None
         pipe = self.redis.pipeline(transaction=True) if pipe is None else pipe
@@ -156,7 +143,7 @@ class Protocol(UpkeepOperations, AdminOperations):
                  task_id: str | None = None) -> str:
         """MULTI; HSET task ... eta E; ZINCRBY queues 0 Q; ZADD scheduled E id; EXEC, as one
         script (enqueue.lua). An eta in the past is a plain enqueue, as in blueque 1.0."""
-        eta = float(eta)
+        eta = checked_eta(eta)
         if eta < now():
             return self.enqueue(queue, [parameters], extra, [task_id])[0]
         return self.enqueue(queue, [parameters], dict(extra or {}, eta=encode_time(eta)),
@@ -166,32 +153,28 @@ class Protocol(UpkeepOperations, AdminOperations):
 
     def heartbeat(self, listener_id: str, queues: Sequence[str],
                   info: Mapping[str, object] | None = None, collect_cancels: bool = True,
-                  ttl: float = HEARTBEAT_TTL) -> tuple[bool, list[str], list[str]]:
+                  ttl: float | None = None) -> tuple[bool, list[str], list[str]]:
         """Register or renew a listener on its queues until Redis's clock + ``ttl``, writing
         ``info`` (fields of its info hash) if given. Returns ``(registered, cancels, skipped)``:
         whether this beat (re-)registered it (its info must then be written whole), the task
         ids it must cancel, and the queues whose keys hold the wrong type."""
         fields = [item for field, value in (info or {}).items() for item in (field, str(value))]
         registered, cancels, skipped = False, [], []
-        for group in self.slot_groups(queues):
+        for group in self.access.slot_groups(queues):
             keys = [self.keys.queues_in_slot(group[0]), self.keys.cancels(listener_id, group[0]),
                     self.keys.listener_expiries(group[0])]
             for queue in group:
                 keys += [self.keys.listeners(queue), self.keys.listener_leases(queue)]
-            args = [listener_id, ttl, "1" if collect_cancels else "0", len(group), *group]
+            args = [listener_id, ttl or self.timings.heartbeat, "1" if collect_cancels else "0",
+                    len(group), *group]
             if fields:
                 keys.append(self.keys.listener_info(listener_id))
                 args += fields
-            reply = self.script("heartbeat")(keys=keys, args=args)
+            reply = self.access.script("heartbeat")(keys=keys, args=args)
             registered = registered or bool(reply[0])
             cancels += reply[1]
             skipped += reply[2]
         return registered, cancels, skipped
-
-    def slot_groups(self, queues: Sequence[str]) -> list[list[str]]:
-        """``queues`` in groups that one script call may cover: all together (one per queue
-        in cluster mode, see ClusterProtocol)."""
-        return [list(queues)] if queues else []
 
     def register_queues(self, queues: Sequence[str], listened: bool = False) -> None:
         """What a queue needs before its first task is written: nothing here (the scripts
@@ -217,13 +200,13 @@ class Protocol(UpkeepOperations, AdminOperations):
         return released[2], released[0]
 
     def _release_listener(self, listener_id, queue, own, *claimer):
-        return self.script("release_listener")(
+        return self.access.script("release_listener")(
             keys=[self.keys.listeners(queue), self.keys.queues_in_slot(queue),
                   self.keys.listener_leases(queue), self.keys.reserved(queue, listener_id),
                   self.keys.pending(queue), self.keys.listener_expiries(queue),
                   *self.keys.waiting(queue)[1:]],
-            args=[listener_id, queue, self._task_prefix, encode_time(now()), "1" if own else "0",
-                  *claimer])
+            args=[listener_id, queue, self.access.task_prefix, encode_time(now()),
+                  "1" if own else "0", *claimer])
 
     def forget_listener(self, listener_id: str, queues: Sequence[str]) -> None:
         """Delete the extension keys of a listener that has left all its queues."""
@@ -241,41 +224,46 @@ class Protocol(UpkeepOperations, AdminOperations):
                 ) -> tuple[str, bool, str] | None:
         """Move the next pending id (the first of the highest priority, see reserve.lib) to
         the listener's reserved list and mark the task reserved, atomically. Returns None when
-        the queue is empty, else ``(task id, True, timeout)`` where timeout is the task's own
-        timeout field ('' for none), or ``(task id, False, why)`` for an id dropped because no
-        pending task was behind it."""
+        the queue is empty (or its next id waits for its hash: reserve.lib), else ``(task id,
+        True, timeout)`` where timeout is the task's own timeout field ('' for none), or
+        ``(task id, False, why)`` for an id dropped because no pending task was behind it."""
         keys, args = self._reserve_call(queue, listener_id, token)
-        found = self.script("reserve")(keys=keys, args=args)
+        found = self.access.script("reserve")(
+            keys=[*keys, *self._unwritten_keys(queue), self.keys.failed(queue),
+                  self.keys.error_types(queue)],
+            args=[*args, self.keys.failed_of_type(queue, ""), UNWRITTEN_WAIT, UNWRITTEN_PAUSE])
         if found is None:
             return None
         return found[0], found[1] == "ok", found[2]
 
     def take(self, queue: str, listener_id: str, token: str, pid: int,
-             lease_ttl: float = LEASE_TTL) -> Taken | None:
+             admission: Admission = NO_LIMITS, lease_ttl: float | None = None) -> Taken | None:
         """reserve, then start with ``pid``, in one step (take.lua: the runner's way, its task
-        process forked ahead). None when the queue is empty, else ``(task id, 'ok', start's
-        reply, more)`` (more: other tasks wait in the queue), ``(task id, 'skipped', why,
-        False)`` (dropped, as reserve drops it) or ``(task id, 'unstarted', why, False)``
-        (reserved, but a key of the wrong type refused the start: the caller puts it back)."""
-        return taken(self.script("take")(*self._take_call(queue, listener_id, token, pid,
-                                                          lease_ttl)))
-
-    def take_ahead(self, queue: str, listener_id: str, token: str, pid: int
-                   ) -> tuple[WireValue, ...]:
-        """take's command, to be sent ahead of the task behind a blocking peek (see
-        take_ahead.py); it records Redis's time when it runs. Its reply goes to ``taken()``."""
-        keys, args = self._take_call(queue, listener_id, token, pid, LEASE_TTL)
-        args[2] = ""  # reserve_next's now
-        return ("EVALSHA", self._scripts["take"].sha, len(keys), *keys, *args)
+        process forked first), within the queue's limits (``admission``). None when the queue
+        is empty (or as reserve), else ``(task id, 'ok', start's reply, more)`` (more: other
+        tasks wait in the queue), ``(task id, 'skipped', why, False)`` (dropped, as reserve
+        drops it), ``(task id, 'unstarted', why, False)`` (reserved, but a key of the wrong
+        type refused the start: the caller puts it back), ``('', 'full', 0, False)`` and
+        ``('', 'rate', seconds, False)`` when the limits refused a start, or ``('', 'held',
+        0, True)`` when it set many tasks of full keys aside and started none (admission.py)."""
+        return taken(self.access.script("take")(
+            *self._take_call(queue, listener_id, token, pid, admission, lease_ttl)))
 
     def _take_call(self, queue: str, listener_id: str, token: str, pid: int,
-                   lease_ttl: float) -> tuple[list[str], list[WireValue]]:
+                   admission: Admission = NO_LIMITS, lease_ttl: float | None = None
+                   ) -> tuple[list[str], list[WireValue]]:
         keys, args = self._reserve_call(queue, listener_id, token)
         return ([*keys, self.keys.started(queue), self.keys.failed(queue),
                  self.keys.lease_expiries(queue), self.keys.unique(queue),
-                 self.keys.error_types(queue)],
-                [*args, self.keys.lease(""), pid, int(lease_ttl * 1000),
-                 self.keys.failed_of_type(queue, "")])
+                 self.keys.error_types(queue), *self._unwritten_keys(queue),
+                 *self.keys.admission(queue)],
+                [*args, self.keys.lease(""), pid, int((lease_ttl or self.timings.lease) * 1000),
+                 self.keys.failed_of_type(queue, ""), UNWRITTEN_WAIT, UNWRITTEN_PAUSE,
+                 self.access.dependency_templates, *admission.script_args()])
+
+    def _unwritten_keys(self, queue: str) -> list[str]:
+        """Where an id waits for its hash (reserve.lib's wait_for_hash)."""
+        return [self.keys.scheduled(queue), self.keys.due_queues(queue)]
 
     def _reserve_call(self, queue: str, listener_id: str, token: str
                       ) -> tuple[list[str], list[WireValue]]:
@@ -283,18 +271,26 @@ class Protocol(UpkeepOperations, AdminOperations):
         return ([self.keys.pending(queue), self.keys.reserved(queue, listener_id),
                  self.keys.prioritized(queue), self.keys.priority_wake(queue),
                  self.keys.listener_leases(queue), self.keys.listener_expiries(queue)],
-                [self._task_prefix, listener_id, encode_time(now()), token, queue,
-                 HEARTBEAT_TTL])
+                [self.access.task_prefix, listener_id, encode_time(now()), token, queue,
+                 self.timings.heartbeat])
 
     def reserved_under(self, queue: str, listener_id: str, token: str) -> list[str]:
         """The ids of a listener's reserved list whose task holds ``token`` (a reservation
-        whose reply was lost: see ForkingRunner._settle_unsure)."""
+        whose reply was lost: see lost_takes.py)."""
         ids = cast("list[str]", self.redis.lrange(self.keys.reserved(queue, listener_id), 0, -1))
         with self.redis.pipeline(transaction=False) as pipe:
             for task_id in ids:
                 pipe.hget(self.keys.task(task_id), "lease")
             leases = pipe.execute(raise_on_error=False)
         return [task_id for task_id, lease in zip(ids, leases, strict=True) if lease == token]
+
+    def read_tasks(self, task_ids: Sequence[str]) -> list[Task]:
+        """Several tasks' hashes in one round trip."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for task_id in task_ids:
+                pipe.hgetall(self.keys.task(task_id))
+            replies = pipe.execute()
+        return [Task(task_id, fields) for task_id, fields in zip(task_ids, replies, strict=True)]
 
     # -- task processes --------------------------------------------------------------------
 
@@ -304,19 +300,19 @@ class Protocol(UpkeepOperations, AdminOperations):
         self.redis.hset(self.keys.task(task_id), "lease", token)
 
     def start(self, queue: str, task_id: str, listener_id: str, pid: int, token: str,
-              lease_ttl: float = LEASE_TTL) -> dict[str, str] | int:
+              lease_ttl: float | None = None) -> dict[str, str] | int:
         """MULTI; SADD started "L pid id"; HSET task status started pid P; EXEC, guarded by
         the reservation token and taking the task's lease (start.lib). Returns the task's
         fields (go), 0 (not ours any more) or -1 (cancelled while reserved: recorded as
         failed)."""
-        started = self.script("start")(
+        started = self.access.script("start")(
             keys=[self.keys.task(task_id), self.keys.started(queue), self.keys.lease(task_id),
                   self.keys.reserved(queue, listener_id), self.keys.failed(queue),
                   self.keys.lease_expiries(queue), self.keys.unique(queue),
                   self.keys.error_types(queue)],
             args=[task_id, self.keys.started_member(listener_id, pid, task_id), pid, token,
-                  encode_time(now()), int(lease_ttl * 1000), listener_id,
-                  self.keys.failed_of_type(queue, "")])
+                  encode_time(now()), int((lease_ttl or self.timings.lease) * 1000), listener_id,
+                  self.keys.failed_of_type(queue, ""), self.access.dependency_templates])
         if isinstance(started, list):
             return dict(zip(started[::2], started[1::2], strict=True))
         return started
@@ -325,7 +321,8 @@ class Protocol(UpkeepOperations, AdminOperations):
                pid: int | str | None, token: str | None, outcome: str, value: WireValue,
                error_type: str = "", traceback: str = "", error_code: str = "",
                retryable: bool = True, policy: Mapping[str, float | None] | None = None,
-               lapsed_only: bool = False) -> str:
+               lapsed_only: bool = False, end_id: str = "",
+               usage: Mapping[str, float] | None = None) -> str:
         """blueque 1.0's complete or fail transaction (LREM reserved; SREM started; HSET task;
         LPUSH complete|failed), guarded by the token, applying the retry policy on failure.
         ``outcome``: 'complete', 'failed', or 'requeue' (the run never began: back to the
@@ -333,77 +330,72 @@ class Protocol(UpkeepOperations, AdminOperations):
         retention) for the fields a task hash lacks. ``lapsed_only``: the reaper's recovery,
         refused if the task's lease is held again. A failure, retried or not, is appended to
         the task's ``errors`` (with ``error_code``: the exception's ``code``, see values.py).
-        Returns 'complete', 'failed', 'retry', 'requeued' or 'stale'."""
+        ``end_id``: the caller's id for this end, the same on each try: a try whose reply was
+        lost after Redis recorded the end is answered with that end's outcome on the next.
+        ``usage``: the run's ``peak_memory`` (bytes) and ``cpu`` (seconds), recorded in
+        the same step if the run holds the lease. Returns 'complete', 'failed', 'retry',
+        'requeued' or 'stale'."""
         check_wire_value("result" if outcome == k.COMPLETE else "error", value)
         policy = policy or {}
         stamp = now()
         hour, second = divmod(int(stamp), 3600)
-        return self.script("finish")(
+        reply: str = self.access.script("finish")(
             keys=[self.keys.task(task_id), self.keys.reserved(queue, listener_id or ""),
                   self.keys.started(queue), self.keys.lease(task_id), self.keys.complete(queue),
                   self.keys.failed(queue), self.keys.scheduled(queue), self.keys.pending(queue),
                   self.keys.throughput(queue, hour), self.keys.due_queues(queue),
                   self.keys.lease_expiries(queue), self.keys.expiring_queues(queue),
                   *self.keys.waiting(queue)[1:], self.keys.unique(queue),
-                  self.keys.error_types(queue)],
+                  self.keys.error_types(queue), self.keys.dependents(task_id),
+                  *self.keys.admission(queue)],
             args=[task_id, token or "", self.keys.started_member(listener_id or "", pid or "",
                                                                    task_id),
                   encode_time(stamp), outcome, value, error_type or "", traceback or "",
                   "1" if retryable else "0", _optional(policy.get("retention")),
                   "1" if lapsed_only else "0", _optional(policy.get("retries")),
                   _optional(policy.get("backoff")), second // 60, k.THROUGHPUT_KEEP, queue,
-                  error_code or "", k.ERRORS_KEPT, self.keys.failed_of_type(queue, "")])
+                  error_code or "", k.ERRORS_KEPT, self.keys.failed_of_type(queue, ""),
+                  end_id, self.access.dependency_templates,
+                  *((int(usage["peak_memory"]), repr(float(usage["cpu"]))) if usage
+                    else ("", ""))])
+        if reply.endswith(" settling"):  # more dependents than one script settles
+            self.workflows.settle(queue)
+            reply = reply.split()[0]
+        return reply
 
-    def renew_lease(self, task_id: str, token: str, lease_ttl: float = LEASE_TTL
+    def renew_lease(self, task_id: str, token: str, lease_ttl: float | None = None
                     ) -> tuple[bool, bool]:
         """Extend a running task's lease. Returns ``(held, cancel requested)``."""
-        reply = self.script("renew_lease")(
-            keys=[self.keys.lease(task_id), self.keys.task(task_id),
-                  self.keys.lease_expiries(self.keys.queue_of(task_id))],
-            args=[token, int(lease_ttl * 1000), task_id])
+        reply = self.access.script("renew_lease")(*self._renew_call(task_id, token, lease_ttl))
         return bool(reply[0]), len(reply) > 1 and reply[1] is not None
+
+    def renew_leases(self, leases: Sequence[tuple[str, str, float]]) -> list[bool]:
+        """A listener's renewal of its task processes' leases, ``(task id, token, lease in
+        seconds)`` each, in one round trip: whether each is still held (see lease.py)."""
+        if not leases:
+            return []
+        renew = self.access.script("renew_lease")
+        for attempt in (1, 2):
+            with self.redis.pipeline(transaction=False) as pipe:
+                for task_id, token, lease_ttl in leases:
+                    renew(*self._renew_call(task_id, token, lease_ttl), client=pipe)
+                replies = pipe.execute(raise_on_error=False)
+            if attempt == 2 or not any(isinstance(r, NoScriptError) for r in replies):
+                break
+            self.access.forget_loaded_scripts()  # Redis restarted: load them again
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return [bool(reply[0]) for reply in replies]
+
+    def _renew_call(self, task_id: str, token: str, lease_ttl: float | None = None
+                    ) -> tuple[list[str], list[WireValue]]:
+        return ([self.keys.lease(task_id), self.keys.task(task_id),
+                 self.keys.lease_expiries(self.keys.queue_of(task_id))],
+                [token, int((lease_ttl or self.timings.lease) * 1000), task_id])
 
     def report_progress(self, task_id: str, token: str, percent: float,
                         message: str = "") -> bool:
-        return bool(self.script("progress")(
+        return bool(self.access.script("progress")(
             keys=[self.keys.task(task_id)],
             args=[token, repr(float(percent)), message, encode_time(now())]))
-
-    # -- anyone ----------------------------------------------------------------------------
-
-    def cancel(self, task_id: str) -> str | None:
-        """Cancel a task wherever it is; see cancel.lua."""
-        queue = cast("str | None", self.redis.hget(self.keys.task(task_id), "queue"))
-        if queue is None:
-            return None
-        return self.script("cancel")(
-            keys=[self.keys.task(task_id), self.keys.pending(queue), self.keys.scheduled(queue),
-                  self.keys.failed(queue), self.keys.prioritized(queue), self.keys.unique(queue),
-                  self.keys.error_types(queue)],
-            args=[task_id, encode_time(now()), self.keys.cancels("", queue), UNLIST_WINDOW,
-                  self.keys.failed_of_type(queue, "")])
-
-    def retry(self, queue: str, task_id: str) -> int:
-        """Put a failed task back in its queue: 1, 0 (not failed) or -1 (left alone: further
-        than UNLIST_WINDOW from both ends of its failed list)."""
-        return self.script("retry")(
-            keys=[self.keys.task(task_id), self.keys.failed(queue), *self.keys.waiting(queue),
-                  self.keys.error_types(queue)],
-            args=[task_id, encode_time(now()), UNLIST_WINDOW, self.keys.failed_of_type(queue, "")])
-
-    def delete_finished(self, queue, task_id):
-        """Delete a task if it is finished: 1, 0 (not finished) or -1 (left alone: further
-        than UNLIST_WINDOW from both ends of its list)."""
-        return self.script("delete_finished")(
-            keys=[self.keys.task(task_id), self.keys.complete(queue), self.keys.failed(queue),
-                  self.keys.error_types(queue)],
-            args=[task_id, UNLIST_WINDOW, self.keys.failed_of_type(queue, "")])
-
-    def delete(self, queue: str, task_id: str, status: str | None) -> None:
-        """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only)."""
-        if status not in k.FINISHED:
-            raise ValueError(f"Cannot delete task with status {status}")
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.keys.task(task_id))
-            pipe.lrem(self.keys.finished(queue, status), 1, task_id)
-            pipe.execute()

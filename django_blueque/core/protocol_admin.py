@@ -1,35 +1,34 @@
-"""The operators' operations on the protocol (a part of Protocol, kept apart to keep modules
-short): the admin's bounded reads of list pages and task hashes, and its writes that act on
-one task or, in batches, on a whole list (bulk jobs, see bulk.py)."""
+"""The operators' operations on the protocol (Protocol.admin): the admin's bounded reads of
+list pages and task hashes, its writes that act on one task (cancel, retry, delete) or, in
+batches, on a whole list (bulk jobs, see bulk.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
+from . import keys as k
 from .bulk import BULK_ACTIONS
 from .protocol_upkeep import encode_time, now
 
 if TYPE_CHECKING:
-    import redis
-    from redis.cluster import RedisCluster
+    from .redis_access import RedisAccess
 
-    from .keys import Keys
+
+UNLIST_WINDOW = 10_000
+"""How far from either end of a list an operator's retry, delete or cancel of one task looks
+for its id (LPOS ... MAXLEN): a task deeper in a longer list is left alone (cancel flags it),
+since LREM would scan the list whole while Redis serves nobody else."""
 
 
 class AdminOperations:
-    """Mixed into Protocol: uses its ``redis``, ``keys``, ``script`` and ``_task_prefix``."""
+    """The operators' operations, through ``access``; ``settle`` is the protocol's
+    (WorkflowOperations.settle), which a cancel leaves its task's many dependents to."""
 
-    if TYPE_CHECKING:  # Protocol's, declared for the type checker
-        redis: redis.Redis | RedisCluster
-        keys: Keys
-        _task_prefix: str
-
-        def script(self, name: str) -> Callable[..., Any]: ...
-
-        def indexes(self, index_of: Callable[[str], str]) -> list[str]: ...
-
-        def each_key(self, keys: list[str], read: Callable[[Any, str], Any]) -> list[Any]: ...
+    def __init__(self, access: RedisAccess, settle: Callable[[str], int]) -> None:
+        self.access = access
+        self.keys = access.keys
+        self.settle = settle
 
     def window(self, key, kind, start, stop, fields, limit, task_ids=(), redis_client=None):
         """One page of tasks for a list screen in one round trip, nothing written: the ids of
@@ -38,9 +37,10 @@ class AdminOperations:
         Returns ``[(id, score or None, {field: value or None})]``, the dict None for a task
         key that is not a hash (a key of the wrong type reads as empty). ``redis_client``
         reads through another client of the same server (e.g. one decoding leniently)."""
-        reply = self.script("window")(
+        reply = self.access.script("window")(
             keys=[key or self.keys.queues],
-            args=[kind, start, stop, self._task_prefix, limit, len(fields), *fields, *task_ids],
+            args=[kind, start, stop, self.access.task_prefix, limit, len(fields), *fields,
+                  *task_ids],
             client=redis_client)
         width = 3 + len(fields)
         rows = []
@@ -57,7 +57,7 @@ class AdminOperations:
         ``most_others`` more fields cut to ``other_limit``. Returns None for no task, a str
         (the key's type) for a key that is not a hash, else ``(number of fields,
         {field: (value, full length in bytes)})``."""
-        reply = self.script("peek")(
+        reply = self.access.script("peek")(
             keys=[self.keys.task(task_id)],
             args=[text_limit, other_limit, len(texts), most_others, *texts, *others],
             client=redis_client)
@@ -68,7 +68,7 @@ class AdminOperations:
 
     def run_now(self, queue, task_id):
         """Send a scheduled task to its queue before its eta, to be taken next."""
-        return bool(self.script("run_now")(
+        return bool(self.access.script("run_now")(
             keys=[self.keys.task(task_id), self.keys.scheduled(queue), *self.keys.waiting(queue)],
             args=[task_id, encode_time(now())]))
 
@@ -79,17 +79,18 @@ class AdminOperations:
         retry leaves cancelled tasks alone unless ``with_cancelled``."""
         if (action, state) not in BULK_ACTIONS:
             raise ValueError(f"no bulk action {action!r} on {state!r} tasks")
-        return bool(self.script("bulk_start")(
+        return bool(self.access.script("bulk_start")(
             keys=[self.keys.bulk_job(job_id), self.keys.bulk_list(queue, state),
-                  self.keys.bulk_running(queue), self.keys.prioritized(queue)],
+                  self.keys.bulk_running(queue), self.keys.prioritized(queue),
+                  self.keys.held(queue)],
             args=[action, queue, state, user, encode_time(now()), int(keep), job_id,
                   "1" if with_cancelled else "0"]))
 
     def running_bulk_jobs(self):
         """The ids of the running bulk jobs (those started since the index existed)."""
-        indexes = self.indexes(self.keys.bulk_running)
+        indexes = self.access.indexes(self.keys.bulk_running)
         running: set[str] = set()
-        for reply in self.each_key(indexes, lambda client, index: client.smembers(index)):
+        for reply in self.access.each_key(indexes, lambda client, index: client.smembers(index)):
             if isinstance(reply, Exception):
                 raise reply
             running |= reply or set()
@@ -98,17 +99,66 @@ class AdminOperations:
     def bulk_step(self, job_id, queue, state, batch, keep):
         """Run one batch of a bulk job; returns ``(status, processed, total, affected)``
         (status None when there is no such job)."""
-        status, processed, total, affected = self.script("bulk_step")(
+        status, processed, total, affected = self.access.script("bulk_step")(
             keys=[self.keys.bulk_job(job_id), self.keys.bulk_list(queue, state),
                   self.keys.pending(queue), self.keys.bulk_running(queue),
                   *self.keys.waiting(queue)[1:], self.keys.error_types(queue),
                   self.keys.failed(queue), self.keys.unique(queue)],
-            args=[self._task_prefix, encode_time(now()), int(batch), int(keep), job_id,
-                  self.keys.failed_of_type(queue, "")])
+            args=[self.access.task_prefix, encode_time(now()), int(batch), int(keep), job_id,
+                  self.keys.failed_of_type(queue, ""), self.access.dependency_templates])
         return status, processed, total, affected
 
     def bulk_stop(self, job_id, keep):
         """Stop a running bulk job between two batches; False if it was not running."""
-        return bool(self.script("bulk_stop")(
+        return bool(self.access.script("bulk_stop")(
             keys=[self.keys.bulk_job(job_id), self.keys.bulk_running(job_id.split("_", 2)[2])],
             args=[encode_time(now()), int(keep), job_id]))
+
+    # -- anyone ----------------------------------------------------------------------------
+
+    def cancel(self, task_id: str) -> str | None:
+        """Cancel a task wherever it is; see cancel.lua."""
+        queue = cast("str | None", self.access.redis.hget(self.keys.task(task_id), "queue"))
+        if queue is None:
+            return None
+        reply: str | None = self.access.script("cancel")(
+            keys=[self.keys.task(task_id), self.keys.pending(queue), self.keys.scheduled(queue),
+                  self.keys.failed(queue), self.keys.prioritized(queue), self.keys.unique(queue),
+                  self.keys.error_types(queue), self.keys.held(queue)],
+            args=[task_id, encode_time(now()), self.keys.cancels("", queue), UNLIST_WINDOW,
+                  self.keys.failed_of_type(queue, ""), self.access.dependency_templates])
+        if reply == "cancelled settling":  # more dependents than one script cancels
+            self.settle(queue)
+            return "cancelled"
+        return reply
+
+    def clear_checkpoint(self, task_id: str) -> bool:
+        """Start over: forget a task's checkpoint, unless a run holds the task now."""
+        return bool(self.access.script("clear_checkpoint")(
+            keys=[self.keys.task(task_id)], args=[encode_time(now())]))
+
+    def retry(self, queue: str, task_id: str) -> int:
+        """Put a failed task back in its queue: 1, 0 (not failed) or -1 (left alone: further
+        than UNLIST_WINDOW from both ends of its failed list)."""
+        return self.access.script("retry")(
+            keys=[self.keys.task(task_id), self.keys.failed(queue), *self.keys.waiting(queue),
+                  self.keys.error_types(queue)],
+            args=[task_id, encode_time(now()), UNLIST_WINDOW, self.keys.failed_of_type(queue, ""),
+                  self.access.dependency_templates])
+
+    def delete_finished(self, queue, task_id):
+        """Delete a task if it is finished: 1, 0 (not finished) or -1 (left alone: further
+        than UNLIST_WINDOW from both ends of its list)."""
+        return self.access.script("delete_finished")(
+            keys=[self.keys.task(task_id), self.keys.complete(queue), self.keys.failed(queue),
+                  self.keys.error_types(queue), self.keys.dependents(task_id)],
+            args=[task_id, UNLIST_WINDOW, self.keys.failed_of_type(queue, "")])
+
+    def delete(self, queue: str, task_id: str, status: str | None) -> None:
+        """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only)."""
+        if status not in k.FINISHED:
+            raise ValueError(f"Cannot delete task with status {status}")
+        with self.access.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.keys.task(task_id))
+            pipe.lrem(self.keys.finished(queue, status), 1, task_id)
+            pipe.execute()

@@ -12,8 +12,8 @@ import redis
 from .outages import is_transient
 
 if TYPE_CHECKING:
-    from .client import Client
     from .keys import Keys
+    from .protocol import Protocol
 
 logger = logging.getLogger("django_blueque.reaper")
 
@@ -29,19 +29,19 @@ _sweep_starts: dict[tuple[str, str], int] = {}
 _started_scans: dict[tuple[str, str], int] = {}
 
 
-def sweep_window(client: Client, purpose: str) -> list[str]:
+def sweep_window(protocol: Protocol, purpose: str) -> list[str]:
     """The next SWEEP_QUEUES names of the queues set for ``purpose`` ('scheduler', 'reaper'),
     rotating: after N / SWEEP_QUEUES passes every queue has been swept. Empty (an error
     logged) when that key holds something else than a sorted set."""
-    slot = (client.keys.prefix, purpose)
+    slot = (protocol.keys.prefix, purpose)
     start = _sweep_starts.get(slot, 0)
     try:
-        names = client.protocol.queue_window(start, SWEEP_QUEUES)
+        names = protocol.access.queue_window(start, SWEEP_QUEUES)
     except redis.ResponseError as exc:
         if is_transient(exc):
             raise
         logger.error("the queues set %s is unreadable (%s): no queue to sweep",
-                     client.keys.queues, exc)
+                     protocol.keys.queues, exc)
         return []
     _sweep_starts[slot] = 0 if len(names) < SWEEP_QUEUES else start + SWEEP_QUEUES
     return names

@@ -62,6 +62,10 @@ class TaskFields:
         @property
         def progress_message(self) -> str | None: ...
         @property
+        def checkpoint(self) -> str | None: ...
+        @property
+        def checkpoint_at(self) -> float | None: ...
+        @property
         def error_type(self) -> str | None: ...
         @property
         def traceback(self) -> str | None: ...
@@ -85,7 +89,7 @@ class Task(TaskFields):
 
     _INTS = ("pid", "attempts", "retries")
     _FLOATS = ("created", "updated", "eta", "started", "finished", "expires", "progress",
-               "backoff", "timeout", "retention", "cancel_requested")
+               "backoff", "timeout", "retention", "cancel_requested", "checkpoint_at")
 
     def __init__(self, task_id: str, fields: Mapping[str, str | None]) -> None:
         self._id = task_id

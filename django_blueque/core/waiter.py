@@ -17,16 +17,12 @@ from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainErr
 
 if TYPE_CHECKING:
     from .client import Client
-    from .take_ahead import TakeAhead
-
-BLOCK_SECONDS = 60
-"""How long one blocking peek lasts before it is renewed (with the heartbeat, the only idle
-command)."""
 
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 
 ANSWER_GRACE = 10.0
-"""Seconds past BLOCK_SECONDS after which a peek with no answer is counted as deaf (see deaf)."""
+"""Seconds past the block's length (Timings.block) after which a peek with no answer is
+counted as deaf (see deaf)."""
 
 MOVING_PAUSE = 0.05
 """Seconds a peek waits before it is armed again on a slot that is moving (cluster mode)."""
@@ -40,20 +36,19 @@ def pool_of(redis_client: redis.Redis | RedisCluster) -> Callable[[str], Any]:
 
 
 class Peek:
-    """A connection holding a blocking peek on one list, and maybe a command sent right behind
-    it (``behind``, a TakeAhead: Redis runs it the moment the peek returns)."""
+    """A connection holding a blocking peek on one list."""
 
-    def __init__(self, pool_of, key):
+    def __init__(self, pool_of, key, block, rearm=True):
         self._pool_of = pool_of  # key -> the pool of the server holding it, asked afresh
         self._pool = None
         self.key = key
+        self.block = block
+        self.rearm = rearm  # after a block with nothing: armed again (else left for a look)
         self.conn = None
         self.armed = False
         self.due = 0.0  # when Redis should have answered, at the latest (monotonic)
-        self.behind: TakeAhead | None = None  # sent behind the peek, until its reply is read
-        self._id = None  # (socket, the connection's CLIENT ID), for unblock()
 
-    def arm(self, behind: TakeAhead | None = None) -> None:
+    def arm(self) -> None:
         if self.armed:
             return
         if self.conn is None:
@@ -61,49 +56,24 @@ class Peek:
             # and held until closed, so that the pool can cut it when the primary moves
             self._pool = self._pool_of(self.key)
             self.conn = self._pool.get_connection()
-        peek = ("BLMOVE", self.key, self.key, "RIGHT", "RIGHT", BLOCK_SECONDS)
-        if behind is not None and not self._identify():
-            behind = None  # CLIENT ID refused (an ACL): no unblocking, so nothing behind
-        if behind is None:
-            self.conn.send_command(*peek)
-        else:
-            self.behind = behind
-            try:
-                self.conn.send_packed_command(self.conn.pack_commands([peek, behind.command]))
-            except CONNECTION_ERRORS:
-                self.close()  # the command behind may have been sent: behind.lost()
-                raise
+        self.conn.send_command("BLMOVE", self.key, self.key, "RIGHT", "RIGHT", int(self.block))
         self.armed = True
-        self.due = time.monotonic() + BLOCK_SECONDS + ANSWER_GRACE
-
-    def _identify(self) -> bool:
-        """Whether the connection's CLIENT ID is known (asked once it is connected, again)."""
-        self.conn.connect()  # a no-op when connected
-        if self._id is None or self._id[0] is not self.conn._sock:
-            self.conn.send_command("CLIENT", "ID")
-            try:
-                self._id = (self.conn._sock, self.conn.read_response())
-            except redis.ResponseError:
-                self._id = (self.conn._sock, None)
-        return self._id[1] is not None
+        self.due = time.monotonic() + self.block + ANSWER_GRACE
 
     def fileno(self):
         # redis-py keeps the socket here; select() needs its descriptor.
         return self.conn._sock.fileno()
 
     def settle(self):
-        """Read the peek's reply, then that of the command behind it (whatever the peek's
-        was: Redis ran it). An element (its value is not needed: it stays in the list)
+        """Read the peek's reply. An element (its value is not needed: it stays in the list)
         leaves the peek unarmed, for the listener to take the task; a timeout (nothing came
-        for BLOCK_SECONDS) arms it again at once, with no look at the empty queue, unless the
-        command behind found something."""
+        for the block's length) arms it again at once, with no look at the empty queue
+        (unless ``rearm`` is false)."""
         self.armed = False
-        behind = self.behind
         try:
-            reply = self._reply()
-            if behind is not None:
-                behind.answered(self._reply())
-                self.behind = None
+            reply = self.conn.read_response()
+        except redis.ResponseError as exc:
+            reply = exc
         except CONNECTION_ERRORS:
             self.close()
             raise
@@ -118,39 +88,14 @@ class Peek:
             return
         if isinstance(reply, redis.ResponseError):
             raise reply
-        if reply is None and (behind is None or behind.reply is None):
+        if reply is None and self.rearm:
             self.arm()
 
-    def _reply(self):
-        try:
-            return self.conn.read_response()
-        except redis.ResponseError as exc:
-            return exc
-
-    def unblock(self, redis_client: Any, wait: float) -> None:
-        """End a peek with a command behind it now, as if it had timed out (CLIENT UNBLOCK,
-        sent with ``redis_client``), and settle it: the command behind runs and answers. When
-        Redis does not, within ``wait`` seconds, the peek is closed (its command lost)."""
-        if not self.armed or self.behind is None:
-            return
-        try:
-            redis_client.client_unblock(self._id[1])
-            if select.select([self], [], [], wait)[0]:
-                self.settle()
-        except redis.RedisError:
-            pass
-        if self.behind is not None:
-            self.close()
-
     def close(self) -> None:
-        if self.behind is not None:
-            self.behind.lost()  # Redis may run it, or may have: its reply is lost
-            self.behind = None
         if self.conn is not None:
             self.conn.disconnect()
             self._pool.release(self.conn)
         self.conn = None
-        self._id = None
         self.armed = False
 
 
@@ -164,20 +109,94 @@ def deaf(peeks: list[Peek], current: float) -> bool:
 
 class PendingWaiter:
     """The peeks of one queue: armed (the queue was found empty and nothing came since) while
-    both wait."""
+    both wait; or, while the queue runs its MAX_RUNNING (admission.py), the one peek on its
+    slot wake list, which returns when a run there ends (or after a block, for another look:
+    a run ended by blueque 1.0 wakes nobody)."""
 
-    def __init__(self, client: Client, queue: str) -> None:
-        self.peeks = [Peek(pool_of(client.redis), client.keys.pending(queue)),
-                      Peek(pool_of(client.redis), client.keys.priority_wake(queue))]
+    def __init__(self, client: Client, queue: str, block: float) -> None:
+        self.peeks = [Peek(pool_of(client.redis), client.keys.pending(queue), block),
+                      Peek(pool_of(client.redis), client.keys.priority_wake(queue), block)]
+        self.slot = Peek(pool_of(client.redis), client.keys.slot_wake(queue), block,
+                         rearm=False)
 
     @property
     def armed(self) -> bool:
-        return all(peek.armed for peek in self.peeks)
+        return self.slot.armed or all(peek.armed for peek in self.peeks)
+
+    @property
+    def armed_peeks(self) -> list[Peek]:
+        return [peek for peek in (*self.peeks, self.slot) if peek.armed]
 
     def arm(self) -> None:
         for peek in self.peeks:
             peek.arm()
 
-    def close(self) -> None:
+    def wait_for_slot(self) -> None:
         for peek in self.peeks:
             peek.close()
+        self.slot.arm()
+
+    def close(self) -> None:
+        for peek in (*self.peeks, self.slot):
+            peek.close()
+
+
+class ListenedQueues:
+    """The queues a listener takes from, each with its waiter: which to look at next (in
+    turn, so that a busy queue does not starve the others), which wait armed (found empty,
+    nothing came since), and which are set aside for a while because their keys hold data of
+    the wrong type (the others go on)."""
+
+    def __init__(self, client: Client, queues: list[str], block: float) -> None:
+        self.names = queues
+        self.waiters = {queue: PendingWaiter(client, queue, block) for queue in queues}
+        self.set_aside_until: dict[str, float] = {}  # queue -> when to try it again
+        self.rate_limited_until: dict[str, float] = {}  # queue -> when its window allows one
+        self._turn = 0
+
+    def to_look_at(self, current: float) -> list[str]:
+        """The queues that may hold a task now, starting one further at each call."""
+        for until_of in (self.set_aside_until, self.rate_limited_until):
+            for queue, until in list(until_of.items()):
+                if current >= until:
+                    del until_of[queue]
+        order = self.names[self._turn:] + self.names[:self._turn]
+        self._turn = (self._turn + 1) % len(self.names)
+        return [queue for queue in order if not self.waiters[queue].armed
+                and queue not in self.set_aside_until and queue not in self.rate_limited_until]
+
+    def arm(self, queue: str) -> None:
+        self.waiters[queue].arm()
+
+    def wait_for_slot(self, queue: str) -> None:
+        """The queue runs its MAX_RUNNING: leave it until a run there ends."""
+        self.waiters[queue].wait_for_slot()
+
+    def wait_for_rate(self, queue: str, until: float) -> None:
+        """The queue started its RATE_LIMIT's worth: leave it until its window allows one."""
+        self.rate_limited_until[queue] = until
+        self.waiters[queue].close()
+
+    def set_aside(self, queue: str, until: float) -> bool:
+        """Leave a queue alone until then; returns whether it was not set aside already."""
+        first = queue not in self.set_aside_until
+        self.set_aside_until[queue] = until
+        self.waiters[queue].close()
+        return first
+
+    def armed_peeks(self) -> list[Peek]:
+        return [peek for waiter in self.waiters.values() for peek in waiter.armed_peeks]
+
+    def all_waiting(self) -> bool:
+        """Burst mode's test: every queue found empty (or set aside) and nothing came since
+        (a queue waiting for a slot still has tasks)."""
+        return all((self.waiters[q].armed and not self.waiters[q].slot.armed)
+                   or q in self.set_aside_until for q in self.names)
+
+    def next_times(self) -> list[float]:
+        return [*self.set_aside_until.values(), *self.rate_limited_until.values(),
+                *(peek.due for peek in self.armed_peeks())]
+
+    def close(self) -> None:
+        for waiter in self.waiters.values():
+            waiter.close()

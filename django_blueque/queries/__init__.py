@@ -13,7 +13,8 @@ so a page shows what it can and says what it could not read.
 
 One Reader per request, its queries in modules by concern: base.py (the reads every query
 makes), queue_readers.py (queues, the dashboard, the metrics, a queue's page, bulk jobs),
-task_readers.py (a task's page, the listeners page).
+task_readers.py (a task's page, the listeners page), workflow_readers.py (a task's
+dependencies, a workflow).
 """
 
 from .base import MAX_NAME, PREVIEW_BYTES, ReaderBase
@@ -35,13 +36,15 @@ from .task_readers import (
     TEXT_FIELDS,
     TaskReaders,
 )
+from .workflow_readers import MAX_EDGES, MAX_WORKFLOW, WorkflowReaders
 
 __all__ = [
-    "FIELD_BYTES", "HELD_FIELDS", "LISTENER_QUEUES", "MAX_HELD", "MAX_NAME", "METRICS_QUEUES",
+    "FIELD_BYTES", "HELD_FIELDS", "LISTENER_QUEUES", "MAX_EDGES", "MAX_HELD", "MAX_NAME",
+    "MAX_WORKFLOW", "METRICS_QUEUES",
     "MORE_FIELDS", "PREVIEW_BYTES", "QUEUES_PER_PAGE", "ROW_FIELDS", "Reader", "ReaderBase",
     "SEARCH_CALLS", "STARTED_READ", "TEXT_BYTES", "TEXT_FIELDS",
 ]
 
 
-class Reader(QueueReaders, TaskReaders):
+class Reader(QueueReaders, TaskReaders, WorkflowReaders):
     """The queries for one request, on the configured client."""

@@ -20,7 +20,7 @@ PREVIEW_BYTES = 160
 _EMPTY = {"llen": 0, "zcard": 0, "zcount": 0, "scard": 0, "smembers": set(), "zrange": [],
           "zrevrange": [], "zrevrangebyscore": [], "lindex": None, "hgetall": {}, "lrange": [],
           "hget": None, "zscore": None, "get": None, "sismember": 0, "pttl": -2, "exists": 0,
-          "sscan": (0, [])}
+          "sscan": (0, []), "srandmember": []}
 
 
 class ReaderBase:
@@ -53,7 +53,7 @@ class ReaderBase:
         return out
 
     def _window(self, key, kind, start, stop, fields, task_ids=()):
-        """Protocol.window as Task objects; a task key that is not a hash is noted. Tasks
+        """Protocol.admin.window as Task objects; a task key that is not a hash is noted. Tasks
         by id (kind 'ids') are read one call per queue in cluster mode, in their order."""
         if kind == "ids" and key is None and self.keys.cluster:
             slots = {}  # hash slot -> the ids whose task is there (a queue's, in cluster mode)
@@ -63,7 +63,7 @@ class ReaderBase:
                 self.keys.task(ids[0]), kind, 0, 0, fields, ids)}  # the key routes the call
             return [found[task_id] for task_id in task_ids]
         tasks = []
-        for task_id, score, values in self.client.protocol.window(
+        for task_id, score, values in self.client.protocol.admin.window(
                 key, kind, start, stop, fields, PREVIEW_BYTES, task_ids, redis_client=self.db):
             if values is None:
                 self.unreadable.setdefault(self.keys.task(task_id), "not a hash")

@@ -5,6 +5,7 @@ import math
 
 import redis
 
+from ..conf import get_settings
 from ..core import keys as k
 from ..core.bulk import BULK_ACTIONS, bulk_job_id
 from ..core.values import finite_number
@@ -102,8 +103,9 @@ class QueueReaders(ReaderBase):
 
     def overview(self, page=1, search="", per_page=QUEUES_PER_PAGE):
         """One page of queues with their counts, listeners, oldest pending task, running bulk
-        jobs and last hour's throughput, and the periodic tasks: four round trips (five while
-        bulk jobs run: their records, found in the set of running jobs)."""
+        jobs, last hour's throughput, tasks held for their concurrency key and limits (this
+        site's settings), and the periodic tasks: four round trips (five while bulk jobs run:
+        their records, found in the set of running jobs)."""
         names, total, pages, searched_all = self.queue_names(page, search, per_page)
         queues = sorted(names)
         periodic = next_periodic_runs(self.now)
@@ -116,7 +118,8 @@ class QueueReaders(ReaderBase):
                       ("zrange", keys.listener_leases(queue), 0, -1),
                       ("lindex", keys.pending(queue), -1)]
             calls += [("hgetall", keys.throughput(queue, hour)) for hour in hours]
-            calls.append(("zcard", keys.prioritized(queue)))
+            calls += [("zcard", keys.prioritized(queue)), ("zcard", keys.waiting_tasks(queue)),
+                      ("zcard", keys.held(queue))]
         calls += [("get", keys.periodic(task.queue)) for task, _next in periodic]
         running = sorted({keys.bulk_running(queue) for queue in queues})  # 1 but in cluster mode
         calls += [("smembers", key) for key in running]
@@ -124,8 +127,8 @@ class QueueReaders(ReaderBase):
         jobs = self._running_jobs(queues, set().union(*replies[len(replies) - len(running):]))
         del replies[len(replies) - len(running):]
         jobs_end = 8
-        width = jobs_end + len(hours) + 1
-        tasks = registered_tasks()
+        width = jobs_end + len(hours) + 3
+        tasks, conf = registered_tasks(), get_settings()
         stats = []
         for index, queue in enumerate(queues):
             part = replies[index * width:(index + 1) * width]
@@ -134,12 +137,15 @@ class QueueReaders(ReaderBase):
                          for member in sorted(members)]
             task = tasks.get(queue)
             counts = list(part[:5])
-            counts[1] += part[-1]  # pending: the list's and the prioritized set's
+            counts[1] += part[-3]  # pending: the list's and the prioritized set's
+            ended = part[jobs_end:-3]
             stats.append(QueueStats(queue, names[queue] is not None, counts,
                                     task.name if task else None, oldest, listeners,
                                     jobs.get(queue, []),
-                                    self.now, throughput(self.now, part[jobs_end:-1]),
-                                    frequent_errors(self.now, part[jobs_end:-1])))
+                                    self.now, throughput(self.now, ended),
+                                    frequent_errors(self.now, ended),
+                                    waiting=part[-2], held=part[-1],
+                                    limits=conf.admission(queue)))
         last_runs = replies[len(queues) * width:]
         self._fill_listeners(stats)
         # plain values: a template calls what is callable, and a task is

@@ -16,7 +16,8 @@ LISTENER_QUEUES = 1000
 """Most queues the listeners page reads: those blueque_queues counts listeners on (its score,
 which blueque 1.0's and our listeners raise by one each), plus the registered ones."""
 
-TEXT_FIELDS = ("parameters", "result", "error", "traceback", "last_error", "errors")
+TEXT_FIELDS = ("parameters", "result", "error", "traceback", "last_error", "errors",
+               "checkpoint")
 TEXT_BYTES = 1_000_000
 """A long text field (parameters, result, error...) is cut past this many bytes on its page."""
 FIELD_BYTES = 2000
@@ -37,7 +38,7 @@ class TaskReaders(ReaderBase):
         to its full length in bytes; ``task.hidden`` counts the fields not shown."""
         others = [name for name in k.PROTOCOL_FIELDS + k.EXTENSION_FIELDS
                   if name not in TEXT_FIELDS]
-        peeked = self.client.protocol.peek(task_id, TEXT_FIELDS, others, text_bytes,
+        peeked = self.client.protocol.admin.peek(task_id, TEXT_FIELDS, others, text_bytes,
                                            FIELD_BYTES, MORE_FIELDS, redis_client=self.db)
         if peeked is None:
             return None

@@ -4,6 +4,7 @@ import datetime
 import functools
 import json
 import math
+import re
 import time
 from html import escape
 from urllib.parse import quote, urlencode
@@ -18,7 +19,7 @@ from django.utils.translation import gettext, ngettext
 
 from ..core.keys import CANCELLED_TYPES
 from ..mount import page_url
-from ..rows import state_label
+from ..rows import state_label, unix_time
 
 register = template.Library()
 
@@ -52,6 +53,7 @@ def _times():
     units = (gettext("%(s).1f s"), gettext("%(s)d s"), gettext("%(m)d min %(s)d s"),
              gettext("%(h)d h %(m)d min"), gettext("%(d)d d %(h)d h"))
     ago, ahead = gettext("%(duration)s ago"), gettext("in %(duration)s")
+    invalid = gettext("invalid")
 
     def duration(seconds):
         seconds = abs(float(seconds))
@@ -71,19 +73,20 @@ def _times():
     def moment(value):
         if value is None or value == "":
             return "—"
-        try:
-            return datetime.datetime.fromtimestamp(float(value), zone).strftime(
-                "%Y-%m-%d %H:%M:%S")
-        except (TypeError, ValueError, OverflowError, OSError):
-            return str(value)
+        seconds = unix_time(value)
+        if seconds is not None:
+            try:
+                return datetime.datetime.fromtimestamp(seconds, zone).strftime(
+                    "%Y-%m-%d %H:%M:%S")
+            except (ValueError, OverflowError, OSError):  # year 1 or 9999 in this zone
+                pass
+        return invalid  # inf, NaN, past the year 9999, not a number
 
     def age(value):
-        try:
-            delta = now - float(value)
-        except (TypeError, ValueError):
+        seconds = unix_time(value)
+        if seconds is None:
             return ""
-        if not math.isfinite(delta):
-            return ""
+        delta = now - seconds
         return (ago if delta >= 0 else ahead) % {"duration": duration(delta)}
 
     return moment, age, duration
@@ -144,6 +147,22 @@ def bq_ended(queue):
                       % {"count": failed}))
 
 
+@register.filter
+def bq_limits(queue):
+    """'2 of 2 running, 1 per key, 30/m' for a queue's limits (this site's settings), '—'
+    for none."""
+    limits, parts = queue.limits, []
+    if limits.get("max_running"):
+        parts.append(gettext("%(running)d of %(most)d running")
+                     % {"running": queue.counts.get("started", 0),
+                        "most": limits["max_running"]})
+    if limits.get("max_running_per_key"):
+        parts.append(gettext("%(count)d per key") % {"count": limits["max_running_per_key"]})
+    if limits.get("rate_limit"):
+        parts.append(str(limits["rate_limit"]))
+    return ", ".join(parts) or "—"
+
+
 @register.simple_tag
 def bq_live(value, *key):
     """``value`` in a span the page's script refreshes, under the ``data-bq-live`` key made
@@ -155,6 +174,23 @@ def bq_live(value, *key):
 def bq_live_in(value, key):
     """bq_live as a filter, for a value inside a translated sentence."""
     return bq_live(value, key)
+
+
+@register.filter
+def bq_chart(queue):
+    """A queue's "Last hour" chart (charts.py)."""
+    from ..charts import queue_chart
+
+    return queue_chart(queue)
+
+
+@register.filter
+def bq_field(value):
+    """A field's value as the task page shows it: a number with more than two decimals
+    rounded to two ('12.083333333333334': '12.08'), anything else as it is."""
+    if isinstance(value, str) and re.fullmatch(r"-?\d+\.\d{3,}", value):
+        return f"{float(value):.2f}"
+    return value
 
 
 @register.filter
@@ -223,9 +259,9 @@ def bq_task_rows(tasks, state, selectable):
         cells.append(f"<td>{escape(moment(get('created')))}</td>"
                      f'<td title="{escape(age(updated)) if updated else ""}">'
                      f"{escape(moment(updated))}</td>")
-        if state == "scheduled":
-            cells.append(f'<td title="{escape(age(task.score))}">{escape(moment(task.score))}'
-                         f"</td>")
+        if state == "scheduled":  # a score that is no number (inf) reads as None: its eta
+            due = task.score if task.score is not None else get("eta")
+            cells.append(f'<td title="{escape(age(due))}">{escape(moment(due))}</td>')
         if running or finished:
             cells.append(f'<td>{escape(get("node") or "—")}</td>'
                          f'<td class="num">{escape(get("pid") or "—")}</td>')
@@ -234,13 +270,15 @@ def bq_task_rows(tasks, state, selectable):
             if progress is not None:
                 percent = bq_percent(progress)
                 bar = f'<progress max="100" value="{progress:.1f}">{percent}</progress> {percent}'
-            cells.append(f'<td>{bar} <span class="quiet">'
-                         f'{escape(get("progress_message") or "")}</span></td>')
+            message = escape(get("progress_message") or "")
+            cells.append(f'<td>{bar} <span class="quiet blueque-preview" title="{message}">'
+                         f"{message}</span></td>")
         attempts, retries = escape(get("attempts") or "0"), task.retries
         if retries:
             attempts += f"/{retries + 1}"
-        cells.append(f'<td class="num">{attempts}</td><td><code class="blueque-preview">'
-                     f'{escape(get("parameters") or "")}</code></td>')
+        parameters = escape(get("parameters") or "")
+        cells.append(f'<td class="num">{attempts}</td><td><code class="blueque-preview" '
+                     f'title="{parameters}">{parameters}</code></td>')
         if state == "failed" and get("error_type") in CANCELLED_TYPES:
             cells.append(f'<td><span class="blueque-badge blueque-cancelled">{cancelled}</span>'
                          f"</td>")
@@ -261,7 +299,7 @@ def bq_queue_url(queue, state=None, page=None):
         query["state"] = state
     if page:
         query["p"] = page
-    return f"{_path('blueque:queue')}?{urlencode(query)}"
+    return f"{_path('blueque:dashboard')}?{urlencode(query)}"
 
 
 @register.simple_tag

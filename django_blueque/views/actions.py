@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from .. import actions
 from ..conf import get_client
 from ..core import keys as k
-from ..core import protocol
+from ..core import protocol_admin
 from ..core.bulk import BULK_ACTIONS
 from ..mount import page_url
 from ..queries import MAX_NAME, Reader
@@ -31,6 +31,9 @@ def _done_message(action, count):
     if action.name == "retry":
         text = ngettext("Retried %(count)d task: it went back to its queue.",
                         "Retried %(count)d tasks: they went back to their queue.", count)
+    elif action.name == "start_over":
+        text = ngettext("Started %(count)d task over: its checkpoint is cleared.",
+                        "Started %(count)d tasks over: their checkpoints are cleared.", count)
     elif action.name == "run_now":
         text = ngettext("Sent %(count)d scheduled task to its queue.",
                         "Sent %(count)d scheduled tasks to their queue.", count)
@@ -83,7 +86,7 @@ def task_action(request):
         return render(request, "django_blueque/confirm.html", admin_context(
             request, _("Are you sure?"), action=action, rows=rows, ids=ids, next=back,
             target=page_url("blueque:action"), question=action.question,
-            button=action.label, applicable=sum(row["applies"] for row in rows)))
+            applicable=sum(row["applies"] for row in rows)))
     done, skipped, deep = actions.run_task_action(action, states, request.user)
     if done:
         messages.success(request, _done_message(action, len(done)))
@@ -102,7 +105,7 @@ def task_action(request):
             "%(count)d tasks were left alone: they are more than %(window)d places from both "
             "ends of their list, and taking them out would make Redis scan the whole list. The "
             "bulk action of the list (retry or delete them all) reaches them.",
-            len(deep)) % {"count": len(deep), "window": protocol.UNLIST_WINDOW})
+            len(deep)) % {"count": len(deep), "window": protocol_admin.UNLIST_WINDOW})
     return redirect(back)
 
 
@@ -135,7 +138,7 @@ def requeue_listener(request):
                                 "process is gone, or its tasks may run twice.")
         return render(request, "django_blueque/confirm.html", admin_context(
             request, _("Are you sure?"), question=question, next=back,
-            target=page_url("blueque:requeue_listener"), button=_("Requeue its tasks"),
+            target=page_url("blueque:requeue_listener"),
             fields={"queue": queue_name, "listener": listener_id}))
     released = actions.requeue_listener(queue_name, listener_id, request.user)
     if released is None:
@@ -209,8 +212,6 @@ def bulk_start(request):
         return render(request, "django_blueque/confirm.html", admin_context(
             request, _("Are you sure?"), question=question,
             next=bq_queue_url(queue_name, state), target=page_url("blueque:bulk_start"),
-            button={"retry": _("Retry them all"), "cancel": _("Cancel them all")}.get(
-                action, _("Delete them all")),
             fields={"action": action, "state": state, "queue": queue_name,
                     "cancelled": "yes" if cancelled else "no"}))
     if not actions.start_bulk(action, state, queue_name, request.user, cancelled):

@@ -1,4 +1,4 @@
-"""The JSON API: what the admin pages read and do, for scripts (seed 003's task API).
+"""The JSON API: what the admin pages read and do, for scripts.
 
 Under the admin pages' path (``<blueque>/api/...``; reference: docs/reference/json-api.rst).
 Who may call: a staff session, with the admin's permissions and its CSRF rule for POST; or
@@ -20,15 +20,18 @@ from functools import wraps
 import redis
 from django.contrib.auth import get_user_model
 from django.http import JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils.decorators import decorator_from_middleware
 from django.views.decorators.cache import never_cache
-from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.csrf import csrf_exempt
 
 from .. import actions
 from ..conf import get_client, get_settings
 from ..core import keys as k
 from ..core.bulk import BULK_ACTIONS
 from ..core.values import parse_errors
-from ..queries import MAX_NAME, Reader
+from ..queries import MAX_EDGES, MAX_NAME, Reader
+from ..queries.workflow_readers import task_ids_of
 from ..rows import STATES
 from .actions import MAX_SELECTED
 
@@ -47,6 +50,18 @@ class ApiError(Exception):
 
 def _answer(status, message, **extra):
     return JsonResponse({"error": message, **extra}, status=status)
+
+
+class _JsonCsrf(CsrfViewMiddleware):
+    """Django's CSRF rule for a session's requests, its refusal in JSON like every answer of
+    the API (Django's own is its HTML failure page)."""
+
+    def _reject(self, request, reason):
+        super()._reject(request, reason)  # logged as Django logs a refusal
+        return _answer(403, f"CSRF verification failed: {reason}")
+
+
+_csrf_protect = decorator_from_middleware(_JsonCsrf)
 
 
 def _token_user(given):
@@ -82,7 +97,7 @@ def api_view(*methods):
                 return _answer(401, "log in to the admin, or send a Bearer token of "
                                     "BLUEQUE['API_TOKENS']")
             else:
-                run = csrf_protect(view)  # a session's POST carries the CSRF token
+                run = _csrf_protect(view)  # a session's POST carries the CSRF token
             user = request.user
             if not (user.is_active and user.is_staff and user.has_perm(
                     actions.PERMISSIONS["view"])):
@@ -212,13 +227,34 @@ def task(request, task_id):
                         json_dumps_params={"allow_nan": False})
 
 
+def _workflow_row(row):
+    return {"id": row.id, "status": row.status, "queue": row.queue,
+            "depends_on": task_ids_of(row.fields.get("depends_on"), MAX_EDGES)}
+
+
+@api_view("GET")
+def workflow(request, workflow_id):
+    """A workflow (chain, group): its tasks in the order written, each with its status, queue
+    and the ids it waits for, and its progress (tasks by status)."""
+    _name(workflow_id, "workflow")
+    reader = Reader(get_client())
+    found = reader.workflow(workflow_id)
+    if found is None:
+        raise ApiError(404, f"no such workflow: {workflow_id!r}")
+    if reader.unreadable:
+        raise ApiError(409, f"unreadable: {', '.join(reader.unreadable)}")
+    return JsonResponse({"id": workflow_id, "total": found["total"],
+                         "progress": found["progress"],
+                         "tasks": [_workflow_row(row) for row in found["tasks"]]})
+
+
 # -- changing ----------------------------------------------------------------------------------
 
 @api_view("POST")
 def task_actions(request):
     """``{"action": "retry" | "run_now" | "cancel" | "mark_failed" | "delete", "ids": [...]}``:
     the admin's action on each task it applies to. Answers the ids ``done``, ``skipped`` (its
-    status does not allow it) and ``too_deep`` (see protocol.UNLIST_WINDOW)."""
+    status does not allow it) and ``too_deep`` (see protocol_admin.UNLIST_WINDOW)."""
     data = _body(request)
     action = actions.TASK_ACTIONS.get(data.get("action"))
     if action is None:

@@ -1,5 +1,6 @@
 """The read-only pages: the dashboard, a queue's tasks of one state, a task, the listeners."""
 
+import json
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -7,17 +8,18 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_GET
 
 from .. import actions
 from ..conf import get_client
 from ..core import keys as k
 from ..core.bulk import BULK_ACTIONS
+from ..core.limits import size_text
 from ..core.values import finite_number, parse_errors
 from ..mount import page_url
 from ..queries import MAX_NAME, TEXT_BYTES, TEXT_FIELDS, Reader
-from ..rows import STATES, group_listeners, pretty
+from ..rows import STATES, group_listeners, pretty, unix_time
 from ..templatetags.blueque_admin import bq_queue_url
 from . import live
 from .common import (
@@ -35,6 +37,8 @@ TIME_FIELDS = {
     "started": gettext_lazy("started (this run)"), "updated": gettext_lazy("last update"),
     "finished": gettext_lazy("finished"), "expires": gettext_lazy("deleted after (retention)"),
     "cancel_requested": gettext_lazy("cancellation asked"),
+    "checkpoint_at": gettext_lazy("last checkpoint"),
+    "held_since": gettext_lazy("held: its concurrency key was full"),
 }
 FIELD_ORDER = k.PROTOCOL_FIELDS + k.EXTENSION_FIELDS
 CANCELLED_FILTERS = {"": gettext_lazy("all"), "only": gettext_lazy("cancelled"),
@@ -44,6 +48,8 @@ CANCELLED_FILTERS = {"": gettext_lazy("all"), "only": gettext_lazy("cancelled"),
 @require_GET
 @staff_view()
 def dashboard(request):
+    if "name" in request.GET:  # a queue's page: the dashboard's URL, ?name=<queue>
+        return queue(request)
     """One page of queues (QUEUES_PER_PAGE), or the queues a search finds."""
     page = whole_number(request.GET.get("p"), 1)
     search = request.GET.get("q", "").strip()[:MAX_NAME]
@@ -58,6 +64,10 @@ def dashboard(request):
     return render(request, "django_blueque/dashboard.html", admin_context(
         request, _("Blueque"), overview=overview, states=STATES, page_links=links,
         unreadable=overview.unreadable, live_version=live.dashboard_version(overview)))
+
+
+# the tab a link without a state opens: the first of these that holds tasks (pending if none)
+TAB_ORDER = (k.PENDING, k.STARTED, k.RESERVED, k.SCHEDULED, k.FAILED, k.COMPLETE)
 
 
 @require_GET
@@ -78,6 +88,10 @@ def queue(request):
     data = reader.queue_page(name, state, page, per_page, error_type)
     if data is None:
         raise Http404(_("No such queue."))
+    if "state" not in request.GET and not data["counts"][k.PENDING]:
+        busy = next((tab for tab in TAB_ORDER if data["counts"][tab]), k.PENDING)
+        if busy != k.PENDING:  # open the tab that has tasks
+            return redirect(bq_queue_url(name, busy))
     flags = [actions.is_cancelled(task.fields.get("error_type")) for task in data["tasks"]]
     data["cancelled_here"] = sum(flags)
     if cancelled:  # within the page read: a filter in Redis would read the whole list
@@ -112,7 +126,7 @@ def error_events(task):
     from the text it was given, which a history cut at TEXT_BYTES does not parse: no entry)."""
     events = []
     for number, error in enumerate(parse_errors(task.fields), 1):
-        time = finite_number(error["time"])
+        time = unix_time(error["time"])
         if time is None:
             continue
         label = _("run %(attempt)s failed: %(type)s: %(message)s") % {
@@ -124,20 +138,47 @@ def error_events(task):
     return events
 
 
+def usage_rows(task):
+    """Each run's peak memory and CPU time, from the task's ``usage`` (core/limits.py);
+    entries that are not what finish.lua writes are left out."""
+    try:
+        runs = json.loads(task.fields.get("usage") or "[]")
+    except ValueError:
+        return []
+    rows = []
+    for run in runs if isinstance(runs, list) else []:
+        if not isinstance(run, dict):
+            continue
+        memory, cpu = finite_number(run.get("peak_memory")), finite_number(run.get("cpu"))
+        if memory is None or cpu is None:
+            continue
+        rows.append({"attempt": run.get("attempt"), "peak_memory": size_text(memory),
+                     "cpu": f"{cpu:,.2f} s", "time": unix_time(run.get("time"))})
+    return rows
+
+
 def _task_page(request, task_id):
     reader = Reader(get_client())
     polled = bool(request.GET.get("live"))
     task = reader.task(task_id, text_bytes=0 if polled else TEXT_BYTES)
     if task is None:
         raise Http404(_("No such task."))
-    times = {name: finite_number(task.fields.get(name)) for name in TIME_FIELDS}
+    times = {name: unix_time(task.fields.get(name)) for name in TIME_FIELDS}
+    dependencies = reader.dependencies(task)
     if polled:
-        return live.task(task, times)
+        return live.task(task, times, dependencies)
     known = [name for name in FIELD_ORDER if name in task.fields]
     others = sorted(name for name in task.fields if name not in FIELD_ORDER)
     rows, texts = [], []
+    history = parse_errors(task.fields) if task.fields.get("errors") else []
     for name in known + others:
         value, size = task.fields[name], task.cut.get(name)
+        if name == "errors" and history:  # each run is on the timeline, a traceback below
+            value = ngettext("%(count)d failed run, on the timeline",
+                             "%(count)d failed runs, on the timeline",
+                             len(history)) % {"count": len(history)}
+            rows.append({"name": name, "value": value, "size": size, "time": None})
+            continue
         if name in TEXT_FIELDS and not value:
             rows.append({"name": name, "value": value, "size": size, "time": None})
         elif name in TEXT_FIELDS:
@@ -145,8 +186,9 @@ def _task_page(request, task_id):
             texts.append({"name": name, "text": text, "json": is_json, "cut": cut,
                           "size": size})
         else:
-            rows.append({"name": name, "value": value, "size": size,
-                         "time": finite_number(value) if name in TIME_FIELDS else None})
+            time = unix_time(value) if name in TIME_FIELDS else None
+            rows.append({"name": name, "value": value, "size": size, "time": time,
+                         "invalid": name in TIME_FIELDS and value != "" and time is None})
     timeline = sorted([{"name": name, "label": label, "time": times[name]}
                        for name, label in TIME_FIELDS.items() if times[name] is not None]
                       + error_events(task), key=lambda event: event["time"])
@@ -161,9 +203,13 @@ def _task_page(request, task_id):
     return render(request, "django_blueque/task.html", admin_context(
         request, _("Task %(id)s") % {"id": task_id}, task=task, rows=rows, texts=texts,
         timeline=timeline, task_actions=task_actions, queue=queue_name,
+        usage=usage_rows(task), checkpoint_time=times["checkpoint_at"],
+        earlier_runs=[dict(run, number=number) for number, run in enumerate(history, 1)
+                      if run["traceback"] and run["traceback"] != task.fields.get("traceback")],
         cancelled=task.status == k.FAILED and actions.is_cancelled(task.fields.get("error_type")),
         running=task.status in LIVE_STATUSES, live_url=live_url,
-        live_version=live.task_version(task),
+        held_for_key=task.status == k.PENDING and "held_since" in task.fields,
+        live_version=live.task_version(task, dependencies), dependencies=dependencies,
         unreadable=reader.unreadable,
         after_delete=bq_queue_url(queue_name, task.status) if queue_name else
         page_url("blueque:dashboard")))

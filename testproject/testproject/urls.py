@@ -2,7 +2,6 @@ from django.contrib import admin
 from django.urls import include, path
 
 urlpatterns = [
-    path("admin/blueque/", include("django_blueque.urls")),
     path("admin/", admin.site.urls),
     path("", include("demo.urls")),
 ]

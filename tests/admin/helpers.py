@@ -68,7 +68,7 @@ def messages_of(response):
 def url(path, **query):
     from urllib.parse import urlencode
 
-    return f"/admin/blueque/{path}" + (f"?{urlencode(query)}" if query else "")
+    return f"/admin/django_blueque/queue/{path}" + (f"?{urlencode(query)}" if query else "")
 
 
 def fill_failed(client, queue, count, started=None, prefix="task"):

@@ -1,11 +1,11 @@
 """An operator's action on chosen tasks never makes Redis scan a long list whole: an id is
-taken out of its list only near either end (protocol.UNLIST_WINDOW; 100 here), and a task
+taken out of its list only near either end (protocol_admin.UNLIST_WINDOW; 100 here), and a task
 deeper in a longer list is left alone with a message (cancel flags it instead)."""
 
 import pytest
 
 from django_blueque.core import keys as k
-from django_blueque.core import protocol
+from django_blueque.core import protocol, protocol_admin
 
 from .helpers import fill_failed, messages_of, url
 
@@ -14,7 +14,8 @@ WINDOW = 100
 
 @pytest.fixture(autouse=True)
 def small_window(monkeypatch):
-    monkeypatch.setattr(protocol, "UNLIST_WINDOW", WINDOW)
+    monkeypatch.setattr(protocol_admin, "UNLIST_WINDOW", WINDOW)  # the actions
+    monkeypatch.setattr(protocol, "UNLIST_WINDOW", WINDOW)  # enqueue's, and the message
 
 
 def act(admin, action, ids):

@@ -17,7 +17,7 @@ def admin_log(caplog):
     return caplog
 
 
-def act(client, action, ids, confirm=True, next_url="/admin/blueque/listeners/"):
+def act(client, action, ids, confirm=True, next_url="/admin/django_blueque/queue/listeners/"):
     data = {"action": action, "ids": ids, "next": next_url}
     if confirm:
         data["confirm"] = "yes"
@@ -43,7 +43,7 @@ def test_retry_a_failed_task(admin, blueque, admin_log, r):
     task_id = fail_task(blueque, "q")
     other = blueque.get_queue("q").enqueue("{}")
     response = act(admin, "retry", [task_id])
-    assert response.status_code == 302 and response["Location"] == "/admin/blueque/listeners/"
+    assert response.status_code == 302 and response["Location"] == url("listeners/")
     task = blueque.get_task(task_id)
     assert task.status == "pending" and task.error is None and task.last_error == "boom"
     assert r.lrange("blueque_failed_tasks_q", 0, -1) == []
@@ -88,9 +88,9 @@ def test_delete_one_and_selected_finished_tasks(admin, blueque, r, admin_log):
 def test_delete_from_the_task_page_goes_back_to_the_list(admin, blueque):
     failed = fail_task(blueque, "q")
     page = body(admin.get(url(f"tasks/{failed}/")))
-    assert 'value="/admin/blueque/queue/?name=q&amp;state=failed"' in page
-    response = act(admin, "delete", [failed], next_url="/admin/blueque/queue/?name=q")
-    assert response["Location"] == "/admin/blueque/queue/?name=q"
+    assert 'value="/admin/django_blueque/queue/?name=q&amp;state=failed"' in page
+    response = act(admin, "delete", [failed], next_url="/admin/django_blueque/queue/?name=q")
+    assert response["Location"] == "/admin/django_blueque/queue/?name=q"
 
 
 def test_cancel_waiting_tasks(admin, blueque, r):
@@ -163,7 +163,7 @@ def test_requeue_the_tasks_of_a_dead_listener(admin, blueque, r, admin_log):
     page = admin.post(url("listeners/requeue/"), data)
     assert page.status_code == 200 and "Are you sure?" in body(page)
     response = admin.post(url("listeners/requeue/"), dict(data, confirm="yes"))
-    assert response["Location"] == "/admin/blueque/listeners/"
+    assert response["Location"] == "/admin/django_blueque/queue/listeners/"
     assert blueque.get_task(task_id).status == "pending"
     assert r.lrange("blueque_pending_tasks_q", 0, -1) == [task_id]
     assert not r.sismember("blueque_listeners_q", "dead-1_7")
@@ -206,12 +206,12 @@ def test_no_selection_says_so(admin, blueque):
 
 def test_the_list_page_offers_the_actions_of_its_state(admin, blueque):
     fail_task(blueque, "q")
-    page = body(admin.get(url("queue/", name="q", state="failed")))
+    page = body(admin.get(url("", name="q", state="failed")))
     assert '<option value="retry">Retry</option>' in page
     assert '<option value="delete">Delete</option>' in page
     assert '<option value="cancel">' not in page
-    assert "Retry all 1 failed task" in page and "Delete all 1 failed task" in page
+    assert "Retry the 1 failed task…" in page and "Delete the 1 failed task…" in page
     blueque.get_queue("q").schedule("{}", time.time() + 60)
-    page = body(admin.get(url("queue/", name="q", state=k.SCHEDULED)))
+    page = body(admin.get(url("", name="q", state=k.SCHEDULED)))
     assert '<option value="run_now">' in page and '<option value="cancel">' in page
     assert "Retry all" not in page

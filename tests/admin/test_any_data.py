@@ -47,7 +47,7 @@ def requests():
     """(method, path, data) of every page, endpoint and action."""
     gets = [url(""), url("", q="q"), url("", p=2), url("metrics.json"), url("metrics/"),
             url("listeners/")]
-    gets += [url("queue/", name=queue, state=state) for queue in QUEUES for state in STATES]
+    gets += [url("", name=queue, state=state) for queue in QUEUES for state in STATES]
     gets += [url(f"tasks/{task_id}/") for task_id in TASKS]
     gets += [url(f"tasks/{task_id}/progress/") for task_id in TASKS]
     gets += [url("find/", id=task_id) for task_id in TASKS]

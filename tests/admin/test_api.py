@@ -69,7 +69,9 @@ def test_a_session_post_needs_the_csrf_token_and_a_token_post_does_not(api, blue
     session = DjangoClient(enforce_csrf_checks=True)
     session.force_login(make_user("root", superuser=True))
     refused = post(session, "api/actions/", {"action": "retry", "ids": [task_id[0]]})
-    assert refused.status_code == 403
+    # JSON like every other answer of the API, not Django's HTML page (issue 38)
+    assert refused.status_code == 403 and refused["Content-Type"] == "application/json"
+    assert "CSRF" in as_json(refused)["error"]
     assert blueque.get_task(task_id[0]).status == "failed"
     session.get(url(""))  # the admin page sets the CSRF cookie
     token = session.cookies["csrftoken"].value

@@ -4,6 +4,7 @@ bug would): every page shows what it can, says what it could not read, and never
 
 import io
 import json
+import re
 
 import pytest
 from django.core.management import call_command
@@ -11,7 +12,7 @@ from django.core.management import call_command
 from .helpers import as_json, body, enqueue_v1, fail_task, start_task, url
 
 PAGES = [url(""), url("metrics.json"), url("metrics/"), url("listeners/")] + [
-    url("queue/", name="bad", state=state) for state in
+    url("", name="bad", state=state) for state in
     ("scheduled", "pending", "reserved", "started", "complete", "failed")]
 
 
@@ -85,7 +86,7 @@ def test_a_task_key_of_the_wrong_type_in_a_list(admin, blueque, r):
     r.lpush("blueque_failed_tasks_bad", "string-task")
     r.sadd("blueque_started_tasks_bad", "good-host_77 1234 string-task")
     assert_every_page_answers(admin, [url("tasks/string-task/"), url("tasks/fine-task/")])
-    page = admin.get(url("queue/", name="bad", state="pending"))
+    page = admin.get(url("", name="bad", state="pending"))
     assert [task.id for task in page.context["tasks"]] == ["string-task", "fine-task"]
     assert "blueque_task_string-task" in body(admin.get(url("tasks/string-task/")))
 
@@ -108,6 +109,34 @@ def test_unreadable_times_on_a_task(admin, blueque, r, created):
     strict_json(admin.get(url("tasks/t1/progress/")))
 
 
+ABSURD_ETAS = {"inf": "inf", "1e300": "1e+300", "nan": "nan", "year 10000": "253402300800.0",
+               "not a number": "soon"}
+
+
+@pytest.mark.parametrize("given", ABSURD_ETAS.values(), ids=ABSURD_ETAS.keys())
+def test_an_absurd_eta_from_a_foreign_producer_shows_as_invalid(admin, blueque, r, given):
+    """Issue 38: ``schedule()`` refuses such an ETA, a foreign producer may still write it
+    (hash and scheduled set, as blueque 1.0 schedules): the scheduled list and the task's page
+    say "invalid" where the due time goes, not a 500, the raw number, nor a date "in
+    11574074074... d"."""
+    r.hset("blueque_task_t1", mapping={"status": "scheduled", "queue": "bad", "eta": given,
+                                       "parameters": "{}", "created": "1700000000.0"})
+    score = float("inf") if given in ("nan", "soon") else float(given)  # no NaN score in Redis
+    r.zadd("blueque_scheduled_tasks_bad", {"t1": score})
+    r.zincrby("blueque_queues", 0, "bad")
+    page = admin.get(url("", name="bad", state="scheduled"))
+    assert page.status_code == 200
+    cell = re.search(r'<td title="([^"]*)">([^<]*)</td>\s*<td class="num">', body(page))
+    assert cell and cell.groups() == ("", "invalid"), cell and cell.groups()
+    task = admin.get(url("tasks/t1/"))
+    assert task.status_code == 200
+    row = re.search(r"<code>eta</code></th><td>(.*?)</td></tr>", body(task), re.S)
+    assert row and 'class="quiet">invalid</span>' in row.group(1), row and row.group(1)
+    assert "due (eta)" not in body(task)  # no absurd point on the timeline
+    progress = strict_json(admin.get(url("tasks/t1/progress/")))
+    assert "1e+300" not in json.dumps(progress) and "253402300800" not in json.dumps(progress)
+
+
 def test_a_lease_score_of_minus_infinity(admin, blueque, r):
     healthy_neighbour(blueque)
     r.sadd("blueque_listeners_bad", "ghost_1")
@@ -118,8 +147,9 @@ def test_a_lease_score_of_minus_infinity(admin, blueque, r):
     listeners = strict_json(admin.get(url("metrics.json")))["listeners"]
     ghost = next(listener for listener in listeners if listener["id"] == "ghost_1")
     assert ghost["state"] == "stale" and ghost["heartbeat_age"] is None
-    assert "NaN" not in body(admin.get(url("metrics/")))
-    assert "+Inf" not in body(admin.get(url("metrics/")))
+    values = [line.rsplit(" ", 1)[1] for line in body(admin.get(url("metrics/"))).splitlines()
+              if not line.startswith("#")]  # a histogram's le="+Inf" label is no value
+    assert values and not {"NaN", "+Inf", "-Inf", "nan", "inf", "-inf"} & set(values)
 
 
 def test_parameters_nested_too_deep_to_decode(admin, blueque, r):
@@ -135,7 +165,7 @@ def test_a_task_id_with_a_slash_is_found_and_shown(admin, blueque, r):
     response = admin.get(url("find/", id="a/b"))
     assert response.status_code == 200
     assert "a/b" in body(response) and "&quot;n&quot;" in body(response)
-    listing = admin.get(url("queue/", name="bad", state="pending"))
+    listing = admin.get(url("", name="bad", state="pending"))
     assert "find/?id=a%2Fb" in body(listing)
 
 

@@ -41,8 +41,7 @@ def test_delete_all_asks_then_runs_in_the_background(admin, blueque, r, caplog):
     assert response.status_code == 302
     assert response["Location"] == url("bulk/", action="delete", state="failed", queue="q")
     page = admin.get(response["Location"])
-    assert page.status_code == 200 and 'data-bq-step-url="/admin/blueque/bulk/step/"' in \
-        body(page)
+    assert page.status_code == 200 and f'data-bq-step-url="{url("bulk/step/")}"' in body(page)
     job = run_to_end(admin, "delete")
     assert job == dict(job, status="done", total=1200, processed=1200, affected=1200,
                        percent=100.0, user="root")
@@ -76,7 +75,7 @@ def test_retry_all_keeps_the_failure_order(admin, blueque, r):
 def test_the_newest_task_gone_meanwhile_the_job_stops_at_newer_tasks(admin, blueque, r):
     ids = fill_failed(blueque, "q", 10)
     start(admin, "delete")
-    blueque.protocol.delete("q", ids[-1], "failed")  # someone deletes the job's newest task
+    blueque.protocol.admin.delete("q", ids[-1], "failed")  # someone deletes the job's newest task
     time.sleep(0.01)
     newcomers = fill_failed(blueque, "q", 2, started=time.time(), prefix="new")
     job = run_to_end(admin, "delete")
@@ -107,7 +106,7 @@ def test_a_step_request_stays_well_under_a_second(admin, blueque, r):
 def test_an_interrupted_job_resumes_from_any_process(admin, blueque, r):
     fill_failed(blueque, "q", 2000)
     start(admin, "delete")
-    first = blueque.protocol.bulk_step(bulk_job_id("delete", "failed", "q"), "q", "failed",
+    first = blueque.protocol.admin.bulk_step(bulk_job_id("delete", "failed", "q"), "q", "failed",
                                        300, 60)
     assert first == ("running", 300, 2000, 300)
     # the page was closed; the reaper's loop carries on where the job stopped
@@ -131,7 +130,7 @@ def test_stray_ids_are_dropped_not_counted(admin, blueque, r):
 def test_starting_a_running_job_again_shows_it(admin, blueque):
     fill_failed(blueque, "q", 1000)
     start(admin, "delete")
-    blueque.protocol.bulk_step(bulk_job_id("delete", "failed", "q"), "q", "failed", 100, 60)
+    blueque.protocol.admin.bulk_step(bulk_job_id("delete", "failed", "q"), "q", "failed", 100, 60)
     response = start(admin, "delete")
     assert messages_of(response) == ["This job was already running: here is its progress."]
     job = admin.get(response["Location"]).context["job"]
@@ -160,12 +159,12 @@ def test_an_empty_list_is_done_at_once(admin, blueque):
 def test_the_job_page_shows_progress_and_the_dashboard_links_it(admin, blueque):
     fill_failed(blueque, "q", 1000)
     start(admin, "retry")
-    blueque.protocol.bulk_step(bulk_job_id("retry", "failed", "q"), "q", "failed", 250, 60)
+    blueque.protocol.admin.bulk_step(bulk_job_id("retry", "failed", "q"), "q", "failed", 250, 60)
     page = body(admin.get(url("bulk/", action="retry", state="failed", queue="q")))
     assert '<progress max="100" value="25.0"' in page and "250" in page
     dashboard = body(admin.get(url("")))
     assert "bulk 25%" in dashboard
-    listing = body(admin.get(url("queue/", name="q", state="failed")))
+    listing = body(admin.get(url("", name="q", state="failed")))
     assert "A bulk job (retry) is running on this list: 250 of 1000 done." in listing
 
 
@@ -197,11 +196,11 @@ def test_job_record_is_json_friendly(admin, blueque):
 def test_cancel_all_pending_from_the_pending_page(admin, blueque, r, make_user, client):
     queue = blueque.get_queue("q")
     ids = [queue.enqueue(f"w{n}", priority=(5 if n % 3 == 0 else None)) for n in range(9)]
-    page = body(admin.get(url("queue/", name="q", state="pending")))
+    page = body(admin.get(url("", name="q", state="pending")))
     assert "Cancel all 9 pending tasks…" in page
     confirm = admin.post(url("bulk/start/"), {"action": "cancel", "state": "pending",
                                               "queue": "q"})
-    assert "9 tasks now" in body(confirm) and "Cancel them all" in body(confirm)
+    assert "9 tasks now" in body(confirm) and "Yes, I’m sure" in body(confirm)
     assert start(admin, "cancel", "pending").status_code == 302
     job = run_to_end(admin, "cancel", "pending")
     assert (job["status"], job["total"], job["affected"]) == ("done", 9, 9)
@@ -209,5 +208,5 @@ def test_cancel_all_pending_from_the_pending_page(admin, blueque, r, make_user, 
     assert r.llen("blueque_failed_tasks_q") == 9
     client.force_login(make_user("retrier", "view_tasks", "retry_tasks"))
     queue.enqueue("another")
-    assert "Cancel all" not in body(client.get(url("queue/", name="q", state="pending")))
+    assert "Cancel all" not in body(client.get(url("", name="q", state="pending")))
     assert start(client, "cancel", "pending").status_code == 403

@@ -23,17 +23,17 @@ def fail_many(client, count, error_type, prefix):
 def test_the_failed_list_filters_by_error_type_newest_first(admin, blueque):
     values = fail_many(blueque, 30, "builtins.ValueError", "v")
     keys = fail_many(blueque, 12, "builtins.KeyError", "k")
-    page = admin.get(url("queue/", name="q", state="failed"))
+    page = admin.get(url("", name="q", state="failed"))
     assert page.context["error_types"] == [("builtins.KeyError", 12),
                                            ("builtins.ValueError", 30)]
     text = body(page)
     assert 'id="error-type-filter"' in text and "error_type=builtins.KeyError" in text
-    filtered = admin.get(url("queue/", name="q", state="failed", error_type="builtins.KeyError",
+    filtered = admin.get(url("", name="q", state="failed", error_type="builtins.KeyError",
                              per_page=25))
     assert filtered.status_code == 200
     assert filtered.context["total"] == 12
     assert [task.id for task in filtered.context["tasks"]] == keys[::-1]
-    second = admin.get(url("queue/", name="q", state="failed",
+    second = admin.get(url("", name="q", state="failed",
                            error_type="builtins.ValueError", per_page=25, p=2))
     assert [task.id for task in second.context["tasks"]] == values[::-1][25:]
     assert "error_type=builtins.ValueError" in str(second.context["page_links"])
@@ -41,15 +41,15 @@ def test_the_failed_list_filters_by_error_type_newest_first(admin, blueque):
 
 def test_a_task_retried_since_is_no_longer_in_its_types_list(admin, blueque):
     first, second = fail_many(blueque, 2, "builtins.KeyError", "k")
-    assert blueque.protocol.retry("q", first) == 1
-    page = admin.get(url("queue/", name="q", state="failed", error_type="builtins.KeyError"))
+    assert blueque.protocol.admin.retry("q", first) == 1
+    page = admin.get(url("", name="q", state="failed", error_type="builtins.KeyError"))
     assert [task.id for task in page.context["tasks"]] == [second]
 
 
 def test_the_filtered_page_costs_what_the_page_shows(admin, blueque, r):
     fail_many(blueque, 5, "builtins.KeyError", "k")
     fail_many(blueque, 100, "builtins.ValueError", "v")
-    path = url("queue/", name="q", state="failed", error_type="builtins.KeyError")
+    path = url("", name="q", state="failed", error_type="builtins.KeyError")
     admin.get(path)  # scripts loaded
     small = commands(admin, r, path)
     fail_many(blueque, 2000, "builtins.ValueError", "more")
@@ -61,11 +61,11 @@ def test_the_filtered_page_costs_what_the_page_shows(admin, blueque, r):
 
 def test_a_bad_filter_is_a_404_not_a_500(admin, blueque):
     fail_many(blueque, 1, "builtins.KeyError", "k")
-    assert admin.get(url("queue/", name="q", state="pending",
+    assert admin.get(url("", name="q", state="pending",
                          error_type="builtins.KeyError")).status_code == 404
-    assert admin.get(url("queue/", name="q", state="failed",
+    assert admin.get(url("", name="q", state="failed",
                          error_type="x" * 600)).status_code == 404
-    unknown = admin.get(url("queue/", name="q", state="failed", error_type="no.Such"))
+    unknown = admin.get(url("", name="q", state="failed", error_type="no.Such"))
     assert unknown.status_code == 200 and unknown.context["tasks"] == []
 
 

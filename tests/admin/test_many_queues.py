@@ -86,14 +86,15 @@ def test_bq_status_prints_one_page_and_says_how_many_there_are(many_queues):
     out = io.StringIO()
     call_command("bq_status", "--limit", "10", stdout=out)
     lines = out.getvalue().splitlines()
-    queue_rows = lines[1:lines.index("")]
+    assert lines[0].startswith("Redis: BLUEQUE['URL'] = redis://")
+    queue_rows = lines[2:lines.index("")]
     # + the page line, + the registered queues, pinned
     assert len(queue_rows) <= 10 + 1 + len(registered_tasks())
     assert any(line.startswith("queue-054321 ") for line in queue_rows)
     assert "--page N" in out.getvalue()
     out = io.StringIO()
     call_command("bq_status", "--search", "queue-000007", stdout=out)
-    assert out.getvalue().splitlines()[1].startswith("queue-000007 ")
+    assert out.getvalue().splitlines()[2].startswith("queue-000007 ")
 
 
 def test_bq_status_json_has_the_dashboard_figures(blueque, r):

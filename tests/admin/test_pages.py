@@ -4,7 +4,7 @@ import json
 import time
 
 from django_blueque.core import keys as k
-from django_blueque.core.protocol import IDLE_HEARTBEAT_TTL
+from django_blueque.core.timings import DEFAULT as TIMINGS
 
 from .helpers import as_json, body, complete_task, enqueue_v1, fail_task, start_task, url
 
@@ -13,8 +13,10 @@ def test_admin_index_has_a_blueque_entry_leading_to_the_dashboard(admin):
     index = body(admin.get("/admin/"))
     assert "Queues and tasks" in index
     assert "/admin/django_blueque/queue/" in index
-    response = admin.get("/admin/django_blueque/queue/")
-    assert response.status_code == 302 and response["Location"] == "/admin/blueque/"
+    response = admin.get("/admin/django_blueque/queue/")  # the demo's URL as a real install's
+    assert response.status_code == 200 and "overview" in response.context
+    queue = admin.get("/admin/django_blueque/queue/?name=demo.long")  # a queue: ?name= on it
+    assert queue.status_code == 200 and queue.context["queue"] == "demo.long"
 
 
 def test_dashboard_shows_every_queue_with_counts_listeners_and_tasks(admin, blueque, r):
@@ -29,8 +31,8 @@ def test_dashboard_shows_every_queue_with_counts_listeners_and_tasks(admin, blue
     blueque.protocol.heartbeat("dead-1_7", ["video"], {"host": "dead-1", "pid": 7}, ttl=-30)
     # an idle listener that beat 100 s ago, on its long lease
     blueque.protocol.heartbeat("idle-1_8", ["video"], {"host": "idle-1", "pid": 8,
-                                                       "lease": IDLE_HEARTBEAT_TTL},
-                               ttl=IDLE_HEARTBEAT_TTL - 100)
+                                                       "lease": TIMINGS.idle_heartbeat},
+                               ttl=TIMINGS.idle_heartbeat - 100)
     response = admin.get(url(""))
     assert response.status_code == 200
     overview = response.context["overview"]
@@ -60,11 +62,11 @@ def test_dashboard_shows_every_queue_with_counts_listeners_and_tasks(admin, blue
 
 def test_queue_page_lists_a_state_newest_first_in_pages(admin, blueque):
     ids = [fail_task(blueque, "q", parameters=json.dumps({"n": n})) for n in range(30)]
-    response = admin.get(url("queue/", name="q", state="failed", per_page=25))
+    response = admin.get(url("", name="q", state="failed", per_page=25))
     assert response.status_code == 200
     assert [task.id for task in response.context["tasks"]] == ids[::-1][:25]
     assert response.context["total"] == 30 and response.context["pages"] == 2
-    second = admin.get(url("queue/", name="q", state="failed", per_page=25, p=2))
+    second = admin.get(url("", name="q", state="failed", per_page=25, p=2))
     assert [task.id for task in second.context["tasks"]] == ids[::-1][25:]
     page = body(response)
     for column in ("Created", "Updated", "Node", "PID", "Attempts", "Parameters", "Error"):
@@ -75,14 +77,14 @@ def test_queue_page_lists_a_state_newest_first_in_pages(admin, blueque):
 
 def test_queue_page_beyond_the_last_page_shows_the_last_one(admin, blueque):
     fail_task(blueque, "q")
-    response = admin.get(url("queue/", name="q", state="failed", p=50))
+    response = admin.get(url("", name="q", state="failed", p=50))
     assert response.status_code == 200 and response.context["page"] == 1
 
 
 def test_queue_page_previews_long_parameters(admin, blueque):
     long_text = "é" * 5000
     blueque.get_queue("q").enqueue(long_text)
-    task = admin.get(url("queue/", name="q", state="pending")).context["tasks"][0]
+    task = admin.get(url("", name="q", state="pending")).context["tasks"][0]
     assert task.parameters.endswith("…") and len(task.parameters) < 200
     assert task.parameters[:-1] == "é" * (len(task.parameters) - 1)
 
@@ -91,7 +93,7 @@ def test_scheduled_page_is_by_eta_latest_first(admin, blueque):
     queue = blueque.get_queue("q")
     soon = queue.schedule("soon", time.time() + 60)
     later = queue.schedule("later", time.time() + 600)
-    tasks = admin.get(url("queue/", name="q", state="scheduled")).context["tasks"]
+    tasks = admin.get(url("", name="q", state="scheduled")).context["tasks"]
     assert [task.id for task in tasks] == [later, soon]
     assert tasks[0].score > tasks[1].score
 
@@ -99,7 +101,7 @@ def test_scheduled_page_is_by_eta_latest_first(admin, blueque):
 def test_pending_page_and_a_queue_written_by_blueque_1(admin, r, blueque):
     enqueue_v1(r, "legacy.q", "plain <b>text</b>", "v1-a")
     enqueue_v1(r, "legacy.q", "more", "v1-b")
-    response = admin.get(url("queue/", name="legacy.q", state="pending"))
+    response = admin.get(url("", name="legacy.q", state="pending"))
     assert [task.id for task in response.context["tasks"]] == ["v1-b", "v1-a"]
     assert "plain &lt;b&gt;text&lt;/b&gt;" in body(response)
 
@@ -111,12 +113,12 @@ def test_pending_page_shows_tasks_with_a_priority_in_the_order_they_will_run(adm
     ids = [queue.enqueue(str(n), priority=priority) for n, priority in enumerate(priorities)]
     # higher priority first, then in order of arrival (a stable sort keeps that order)
     taken = [ids[n] for n in sorted(range(len(ids)), key=lambda n: -(priorities[n] or 0))]
-    response = admin.get(url("queue/", name="q", state="pending", per_page=25))
+    response = admin.get(url("", name="q", state="pending", per_page=25))
     assert response.context["counts"]["pending"] == 63 and response.context["pages"] == 3
     shown = [task.id for page in (1, 2, 3) for task in admin.get(
-        url("queue/", name="q", state="pending", per_page=25, p=page)).context["tasks"]]
+        url("", name="q", state="pending", per_page=25, p=page)).context["tasks"]]
     assert shown == taken[::-1]
-    assert "priority 50" in body(admin.get(url("queue/", name="q", state="pending", p=3)))
+    assert "priority 50" in body(admin.get(url("", name="q", state="pending", p=3)))
     dashboard = {row.name: row for row in admin.get(url("")).context["overview"].queues}
     assert dashboard["q"].counts["pending"] == 63
 
@@ -126,11 +128,11 @@ def test_started_and_reserved_pages_read_the_listeners(admin, blueque):
     other, _ = start_task(blueque, "q", listener="b-host_2", pid=22)
     blueque.get_queue("q").enqueue("{}")
     waiting = blueque.protocol.reserve("q", "b-host_2", "tok")[0]
-    started = admin.get(url("queue/", name="q", state="started"))
+    started = admin.get(url("", name="q", state="started"))
     assert {task.id for task in started.context["tasks"]} == {running, other}
     assert started.context["counts"]["started"] == 2
     assert started.context["counts"]["reserved"] == 1
-    reserved = admin.get(url("queue/", name="q", state="reserved", per_page=25))
+    reserved = admin.get(url("", name="q", state="reserved", per_page=25))
     assert [(task.id, task.status) for task in reserved.context["tasks"]] == [
         (running, "started"), (waiting, "reserved"), (other, "started")]
     assert reserved.context["total"] == 3
@@ -143,8 +145,8 @@ def test_reserved_page_pages_across_listeners(admin, blueque):
         blueque.protocol.heartbeat(listener, ["q"])
         for _ in range(20):
             blueque.protocol.reserve("q", listener, "tok")
-    first = admin.get(url("queue/", name="q", state="reserved", per_page=25))
-    second = admin.get(url("queue/", name="q", state="reserved", per_page=25, p=2))
+    first = admin.get(url("", name="q", state="reserved", per_page=25))
+    second = admin.get(url("", name="q", state="reserved", per_page=25, p=2))
     ids = [task.id for task in first.context["tasks"] + second.context["tasks"]]
     assert len(ids) == 40 and len(set(ids)) == 40
     assert first.context["counts"]["reserved"] == 40
@@ -187,7 +189,7 @@ def test_task_page_shows_each_failed_run_and_the_unique_key(admin, blueque, r):
                         "run 2 failed: builtins.ValueError: run 2 broke"]
     page = body(response)
     assert "<code>unique_key</code>" in page and "video-42" in page
-    assert 'id="field-errors"' in page  # the history itself, as JSON
+    assert "<code>errors</code>" in page and "2 failed runs, on the timeline" in page
 
 
 def test_task_page_shows_text_parameters_verbatim_and_the_result(admin, blueque):
@@ -203,7 +205,7 @@ def test_task_page_of_a_running_task_has_a_progress_bar_and_follows_it(admin, bl
     response = admin.get(url(f"tasks/{task_id}/"))
     page = body(response)
     assert '<progress max="100" value="42.5"' in page and "frame 425 of 1000" in page
-    assert f'data-bq-live-url="/admin/blueque/tasks/{task_id}/?live=1"' in page
+    assert f'data-bq-live-url="/admin/django_blueque/queue/tasks/{task_id}/?live=1"' in page
     assert "held (renewed" in page
     progress = as_json(admin.get(url(f"tasks/{task_id}/progress/")))
     assert progress["status"] == "started" and progress["progress"] == 42.5
@@ -236,8 +238,9 @@ def test_find_goes_to_the_task(admin, blueque):
 def test_find_form_is_on_every_page(admin, blueque):
     task_id = fail_task(blueque, "q")
     for path in ("", "listeners/", f"tasks/{task_id}/"):
-        assert 'action="/admin/blueque/find/"' in body(admin.get(url(path)))
-    assert 'action="/admin/blueque/find/"' in body(admin.get(url("queue/", name="q")))
+        assert 'action="/admin/django_blueque/queue/find/"' in body(admin.get(url(path)))
+    assert 'action="/admin/django_blueque/queue/find/"' in body(admin.get(url("", name="q"),
+                                                             follow=True))
 
 
 def test_metrics_json_has_the_dashboard_figures(admin, blueque, r):
@@ -268,10 +271,37 @@ def test_prometheus_metrics(admin, blueque, r):
     assert 'blueque_listeners{queue="we\\"ird",state="live"} 1' in text
 
 
+def test_prometheus_run_time_histograms_per_queue_and_outcome(admin, blueque, r):
+    """Issue 41: from the started and finished times of each queue's newest runs."""
+    runs = {"video": [(complete_task, 0.5), (complete_task, 40.0), (complete_task, 4000.0),
+                      (fail_task, 2.0)],
+            "mail": [(complete_task, 0.2)]}
+    for queue, made in runs.items():
+        for make, seconds in made:
+            task_id = make(blueque, queue)
+            r.hset(f"blueque_task_{task_id}", mapping={"started": "1000.0",
+                                                       "finished": repr(1000.0 + seconds)})
+    r.rpush("blueque_complete_tasks_mail", "v1-task")  # blueque 1.0's: no start or finish time
+    r.hset("blueque_task_v1-task", mapping={"status": "complete", "queue": "mail"})
+    text = body(admin.get(url("metrics/")))
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                   if line.startswith("blueque_recent_run_seconds"))
+    bucket = 'blueque_recent_run_seconds_bucket{{queue="{}",outcome="{}",le="{}"}}'
+    assert [int(samples[bucket.format("video", "complete", le)])
+            for le in ("1.0", "5.0", "60.0", "3600.0", "7200.0", "+Inf")] == [1, 1, 2, 2, 3, 3]
+    assert samples[bucket.format("video", "failed", "1.0")] == "0"
+    assert samples[bucket.format("video", "failed", "5.0")] == "1"
+    assert float(samples['blueque_recent_run_seconds_sum{queue="video",outcome="complete"}']) \
+        == 4040.5
+    assert samples['blueque_recent_run_seconds_count{queue="mail",outcome="complete"}'] == "1"
+    assert not any('queue="mail",outcome="failed"' in name for name in samples)  # no runs
+    assert "# TYPE blueque_recent_run_seconds_bucket gauge" in text
+
+
 def test_pages_of_an_empty_redis(admin, blueque):
     for path in ("", "listeners/", "metrics/", "metrics.json"):
         assert admin.get(url(path)).status_code == 200
-    assert admin.get(url("queue/", name="demo.long", state="failed")).status_code == 200
+    assert admin.get(url("", name="demo.long", state="failed")).status_code == 200
 
 
 def test_a_redis_outage_is_a_503_page_not_a_500(admin, settings):
@@ -283,5 +313,5 @@ def test_a_redis_outage_is_a_503_page_not_a_500(admin, settings):
 
 def test_started_tasks_stay_counted_once(admin, blueque):
     start_task(blueque, "q")
-    counts = admin.get(url("queue/", name="q", state="started")).context["counts"]
+    counts = admin.get(url("", name="q", state="started")).context["counts"]
     assert counts[k.STARTED] == 1 and counts[k.RESERVED] == 0

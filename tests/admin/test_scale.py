@@ -31,9 +31,9 @@ def commands(admin, r, path):
 
 
 def pages(task_id):
-    return [url(""), url("queue/", name="q", state="failed"),
-            url("queue/", name="q", state="failed", p=2),
-            url("queue/", name="q", state="started"), url("queue/", name="q", state="reserved"),
+    return [url(""), url("", name="q", state="failed"),
+            url("", name="q", state="failed", p=2),
+            url("", name="q", state="started"), url("", name="q", state="reserved"),
             url(f"tasks/{task_id}/"), url("listeners/"), url("metrics/")]
 
 
@@ -48,7 +48,7 @@ def test_the_work_of_a_page_does_not_grow_with_stored_tasks(admin, blueque, r):
     assert small == large
     everything = set().union(*large.values())
     assert not everything & {"keys", "scan", "hscan", "sscan", "zscan", "sort"}
-    listing = large[url("queue/", name="q", state="failed")]
+    listing = large[url("", name="q", state="failed")]
     assert listing["hmget"] == 100 and listing["lrange"] == 1
 
 
@@ -60,4 +60,6 @@ def test_a_page_is_a_few_round_trips_whatever_it_shows(admin, blueque, r, round_
         admin.get(path)  # scripts loaded, sessions warm
         round_trips.clear()
         assert admin.get(path).status_code == 200
-        assert len(round_trips) <= 4, path
+        # the Prometheus view reads its run-time histograms in two more pipelines (the
+        # newest finished ids, then their times): still a constant number
+        assert len(round_trips) <= (6 if path == url("metrics/") else 4), path

@@ -6,7 +6,7 @@ from django.test import Client as DjangoClient
 
 from .helpers import body, fail_task, start_task, url
 
-PAGES = ["", "listeners/", "queue/?name=q&state=failed", "metrics/", "metrics.json"]
+PAGES = ["", "listeners/", "?name=q&state=failed", "metrics/", "metrics.json"]
 POSTS = ["actions/", "listeners/requeue/", "bulk/start/", "bulk/step/", "bulk/stop/"]
 
 
@@ -17,9 +17,9 @@ def task_id(blueque):
 
 def test_anonymous_users_are_sent_to_the_admin_login(client, blueque, task_id, db):
     for path in PAGES + [f"tasks/{task_id}/", f"tasks/{task_id}/progress/", "bulk/"]:
-        response = client.get(f"/admin/blueque/{path}")
+        response = client.get(f"/admin/django_blueque/queue/{path}")
         assert response.status_code == 302, path
-        assert response["Location"].startswith("/admin/login/?next=/admin/blueque/"), path
+        assert response["Location"].startswith(f"/admin/login/?next={url('')}"), path
     for path in POSTS:
         response = client.post(url(path), {"action": "retry", "ids": [task_id]})
         assert response.status_code == 302
@@ -30,7 +30,7 @@ def test_anonymous_users_are_sent_to_the_admin_login(client, blueque, task_id, d
 def test_non_staff_users_get_403(client, make_user, blueque, task_id):
     client.force_login(make_user("visitor", "view_tasks", "retry_tasks", staff=False))
     for path in PAGES + [f"tasks/{task_id}/"]:
-        assert client.get(f"/admin/blueque/{path}").status_code == 403, path
+        assert client.get(f"/admin/django_blueque/queue/{path}").status_code == 403, path
     response = client.post(url("actions/"), {"action": "retry", "ids": [task_id],
                                              "confirm": "yes"})
     assert response.status_code == 403
@@ -40,18 +40,18 @@ def test_non_staff_users_get_403(client, make_user, blueque, task_id):
 def test_staff_without_the_view_permission_get_403(client, make_user, blueque, task_id):
     client.force_login(make_user("staffer"))
     for path in PAGES + [f"tasks/{task_id}/"]:
-        assert client.get(f"/admin/blueque/{path}").status_code == 403, path
+        assert client.get(f"/admin/django_blueque/queue/{path}").status_code == 403, path
     assert "Queues and tasks" not in body(client.get("/admin/"))
 
 
 def test_the_view_permission_shows_pages_but_no_action(client, make_user, blueque, task_id):
     client.force_login(make_user("viewer", "view_tasks"))
     for path in PAGES + [f"tasks/{task_id}/"]:
-        assert client.get(f"/admin/blueque/{path}").status_code == 200, path
+        assert client.get(f"/admin/django_blueque/queue/{path}").status_code == 200, path
     assert "Queues and tasks" in body(client.get("/admin/"))
     page = body(client.get(url(f"tasks/{task_id}/")))
     assert "action-retry" not in page and "action-delete" not in page
-    listing = body(client.get(url("queue/", name="q", state="failed")))
+    listing = body(client.get(url("", name="q", state="failed")))
     assert "Retry all" not in listing and 'name="action"' not in listing
     for action in ("retry", "delete", "cancel", "run_now", "mark_failed"):
         response = client.post(url("actions/"), {"action": action, "ids": [task_id]})
@@ -107,7 +107,7 @@ def test_get_never_changes_anything(admin, blueque, task_id, r):
         assert admin.get(url(path), {"action": "retry", "ids": [task_id],
                                      "confirm": "yes"}).status_code == 405
     for path in PAGES + [f"tasks/{task_id}/", f"tasks/{task_id}/progress/"]:
-        admin.get(f"/admin/blueque/{path}")
+        admin.get(f"/admin/django_blueque/queue/{path}")
     admin.get(url("bulk/", action="retry", state="failed", queue="q"))
     admin.get(url("find/", id=task_id))
     assert {key: r.dump(key) for key in r.keys("*")} == before
@@ -135,7 +135,7 @@ def test_untrusted_text_is_escaped_everywhere(admin, blueque, r):
     blueque.get_queue("q").enqueue(SCRIPT)
     blueque.protocol.add_listener_v1(f"{SCRIPT.replace(' ', '')}_1", "q")
     pages = [url(""), url("listeners/"), url(f"tasks/{failed}/"), url(f"tasks/{running}/")]
-    pages += [url("queue/", name="q", state=state)
+    pages += [url("", name="q", state=state)
               for state in ("pending", "started", "reserved", "failed")]
     for page in pages:
         text = body(admin.get(page))
@@ -149,22 +149,22 @@ def test_a_queue_name_with_markup_is_escaped(admin, blueque):
     fail_task(blueque, "<b>q</b>")
     page = body(admin.get(url("")))
     assert "<b>q</b>" not in page and "&lt;b&gt;q&lt;/b&gt;" in page
-    assert admin.get(url("queue/", name="<b>q</b>", state="failed")).status_code == 200
+    assert admin.get(url("", name="<b>q</b>", state="failed")).status_code == 200
 
 
 @pytest.mark.parametrize("path", [
     "tasks/no-such-task/", "tasks/no-such-task/progress/", "tasks/" + "x" * 600 + "/",
     "tasks/a%20b/", "tasks/a%0Ab/",
-    "queue/", "queue/?name=", "queue/?name=nope", "queue/?name=a%20b",
-    "queue/?name=q&state=nope", "queue/?name=q&state=failed&p=abc",
-    "queue/?name=q&state=failed&p=0", "queue/?name=q&state=failed&p=-1",
-    "queue/?name=q&state=failed&p=99999999999999999999",
-    "queue/?name=q&state=failed&per_page=7", "queue/?name=q&state=failed&per_page=x",
+    "queue/", "?name=", "?name=nope", "?name=a%20b",
+    "?name=q&state=nope", "?name=q&state=failed&p=abc",
+    "?name=q&state=failed&p=0", "?name=q&state=failed&p=-1",
+    "?name=q&state=failed&p=99999999999999999999",
+    "?name=q&state=failed&per_page=7", "?name=q&state=failed&per_page=x",
     "bulk/", "bulk/?action=retry&state=complete&queue=q", "bulk/?action=retry&state=failed",
     "bulk/?action=retry&state=failed&queue=q",
 ])
 def test_unknown_or_malformed_names_are_404(admin, blueque, task_id, path):
-    assert admin.get(f"/admin/blueque/{path}").status_code == 404
+    assert admin.get(f"/admin/django_blueque/queue/{path}").status_code == 404
 
 
 @pytest.mark.parametrize("data", [
@@ -193,15 +193,15 @@ def test_find_with_a_bad_or_unknown_id_says_so(admin, blueque):
     for given in ("", "a b", "no-such-task"):
         response = admin.get(url("find/", id=given), follow=True)
         assert response.status_code == 200
-        assert response.redirect_chain[-1][0] == "/admin/blueque/"
+        assert response.redirect_chain[-1][0] == "/admin/django_blueque/queue/"
         assert "task" in " ".join(str(m) for m in response.context["messages"])
 
 
 def test_find_goes_back_only_to_this_site(admin, blueque):
     response = admin.get(url("find/", id="nope", next="https://evil.example/"))
-    assert response["Location"] == "/admin/blueque/"
-    response = admin.get(url("find/", id="nope", next="/admin/blueque/listeners/"))
-    assert response["Location"] == "/admin/blueque/listeners/"
+    assert response["Location"] == "/admin/django_blueque/queue/"
+    response = admin.get(url("find/", id="nope", next="/admin/django_blueque/queue/listeners/"))
+    assert response["Location"] == "/admin/django_blueque/queue/listeners/"
 
 
 def test_a_task_with_bytes_that_are_not_utf8_renders(admin, blueque, r):
@@ -210,7 +210,7 @@ def test_a_task_with_bytes_that_are_not_utf8_renders(admin, blueque, r):
     raw.send_command("HSET", f"blueque_task_{task_id}", "parameters", b"\xff\xfe pickle \x80")
     raw.read_response()
     r.connection_pool.release(raw)
-    for page in (url(f"tasks/{task_id}/"), url("queue/", name="q", state="failed")):
+    for page in (url(f"tasks/{task_id}/"), url("", name="q", state="failed")):
         response = admin.get(page)
         assert response.status_code == 200
         assert "\ufffd\ufffd pickle \ufffd" in body(response)
@@ -220,8 +220,8 @@ def test_a_task_id_no_path_can_hold_is_found_and_shown(admin, blueque, r):
     r.hset("blueque_task_a/b", mapping={"status": "failed", "queue": "q"})
     r.lpush("blueque_failed_tasks_q", "a/b")
     r.zincrby("blueque_queues", 0, "q")
-    listing = body(admin.get(url("queue/", name="q", state="failed")))
-    assert "/admin/blueque/find/?id=a%2Fb" in listing
+    listing = body(admin.get(url("", name="q", state="failed")))
+    assert "/admin/django_blueque/queue/find/?id=a%2Fb" in listing
     response = admin.get(url("find/", id="a/b"))
     assert response.status_code == 200 and "Task a/b" in body(response)
 

@@ -79,7 +79,7 @@ def pages(admin, blueque):
     fail_task(blueque, "f")
     fail_task(blueque, "f")
     blueque.protocol.heartbeat("dead-1_7", ["q"], {"host": "dead-1", "pid": 7}, ttl=-30)
-    return {"dashboard": url(""), "queue": url("queue/", name="f", state="failed"),
+    return {"dashboard": url(""), "queue": url("", name="f", state="failed"),
             "task": url(f"tasks/{task_id}/"), "listeners": url("listeners/")}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.redis_server import free_port
+from devtools.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -6,13 +6,13 @@ from urllib.parse import quote
 
 import pytest
 
+from devtools.servers import wait_for
 from django_blueque.core import Client
-from tests.waiting import wait_for
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser-admin-browser")]
 
 
-def log_in(page, site, next_url="/admin/blueque/"):
+def log_in(page, site, next_url="/admin/django_blueque/queue/"):
     page.goto(f"{site['url']}/admin/login/?next={quote(next_url)}")
     page.fill("#id_username", site["user"])
     page.fill("#id_password", site["password"])
@@ -36,7 +36,7 @@ def test_operator_follows_a_long_task_then_retries_a_failed_one(page, site, shot
     page.select_option("#id_kind", "long")
     page.fill("#id_steps", "24")
     page.click("#start")
-    page.click("#started a[href*='/admin/blueque/tasks/']")
+    page.click("#started a[href*='/admin/django_blueque/queue/tasks/']")
     page.wait_for_selector(".blueque-status.status-started")  # the page reloads itself
     page.wait_for_function("document.querySelector('#blueque-progress').value > 0")
     first = progress_of(page)
@@ -47,7 +47,7 @@ def test_operator_follows_a_long_task_then_retries_a_failed_one(page, site, shot
     assert "step" in page.inner_text("[data-bq-live=message]")
     shot(page, "03-task-progress-moved")
 
-    page.goto(f"{site['url']}/admin/blueque/")
+    page.goto(f"{site['url']}/admin/django_blueque/queue/")
     page.wait_for_selector("tr[data-queue='demo.long'] td.state-started a")
     shot(page, "04-dashboard")
 
@@ -101,7 +101,7 @@ def test_delete_all_failed_runs_to_the_end_from_its_page(page, site, shot):
             pipe.lpush(keys.failed("bulk.q"), f"bulk-{n}")
         pipe.zincrby(keys.queues, 0, "bulk.q")
         pipe.execute()
-    log_in(page, site, "/admin/blueque/queue/?name=bulk.q&state=failed")
+    log_in(page, site, "/admin/django_blueque/queue/?name=bulk.q&state=failed")
     page.click("button:has-text('Delete all 3000 failed tasks')")
     assert "3000 tasks now" in page.inner_text("#content")
     page.click("#confirm")

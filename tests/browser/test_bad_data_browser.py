@@ -7,7 +7,7 @@ import redis
 
 from .test_admin_browser import log_in
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser-bad-data-browser")]
 
 
 def test_many_queues_and_bad_data(page, site, shot):
@@ -29,7 +29,7 @@ def test_many_queues_and_bad_data(page, site, shot):
         assert rows.count() == 1 and rows.first.get_attribute("data-queue") == "imported-00042"
         assert "blueque_listeners_imported-00042" in page.inner_text("#blueque-unreadable")
         shot(page, "21-dashboard-search-and-unreadable")
-        page.goto(f"{site['url']}/admin/blueque/tasks/huge/")
+        page.goto(f"{site['url']}/admin/django_blueque/queue/tasks/huge/")
         assert "(cut: 100000 bytes in all)" in page.inner_text("#fields")
         shot(page, "22-task-cut")
     finally:

@@ -3,16 +3,32 @@
 What a task does is chosen by its parameters, a JSON object; anything else just echoes. Keys,
 applied in this order:
 
+    "marks": KEY                 RPUSH KEY {"id", "attempt", "event": "start", "at"} first and
+                                 the same with "event": "end" after the waits (each tried again
+                                 while Redis is away): the run's own interval, as it saw it
     "ignore_sigterm": true       ignore SIGTERM (so only SIGKILL stops the process)
     "concurrency": KEY           INCR KEY while running (RPUSH KEY:seen the value), DECR at the end
     "progress": [PERCENT, MSG]   report progress through current_task()
+    "progress_every": [N, S]     report progress N times (i of N done), every S seconds, and
+                                 ask should_stop() each time, without any Redis call of its own
     "kill_on_attempt": N         SIGKILL itself on attempt N
+    "steps": [N, K]              steps 1..N from the step after its checkpoint's (RPUSH
+                                 "<id>:began" that step, "<id>:steps" each), checkpoint
+                                 {"step": i} after each; SIGKILL itself after checkpointing
+                                 step K on attempt 1; "step_sleep": S sleeps S seconds
+                                 before each step (its marks wait while Redis is away)
+    "read_checkpoint": true      return current_task().checkpoint_state
+    "allocate_mib": N            allocate N MiB (touched), hold it, then let it go
+    "spin": SECONDS              burn that much CPU time
+    "ignore_sigxcpu": true       ignore SIGXCPU (so the kernel's SIGKILL ends a CPU limit)
     "sleep": SECONDS             sleep
+    "hold_gil": SECONDS          one C call that holds the GIL that long (libc's sleep)
     "wait_for": KEY              wait until KEY exists in Redis (at most two minutes)
     "until_stopped": KEY         loop until current_task().should_stop(), then RPUSH KEY "stopped"
     "mark": KEY                  RPUSH KEY "done" after the waits (shows the code ran to the end)
     "collect_garbage": KEY       run a full garbage collection; RPUSH KEY the KiB of memory it
                                  made this process copy from its listener (Private_Dirty growth)
+    "dependencies": KEY          RPUSH KEY {"id", "results"}: current_task().dependency_results
     "raise": MESSAGE             raise ValueError(MESSAGE)
     "fail_before": N             raise CodedError (code "E<attempt>") on the attempts before N
     "return": VALUE              return VALUE (any JSON value)
@@ -22,6 +38,7 @@ applied in this order:
 Every run is recorded first: RPUSH RUNS_KEY {"id", "pid", "attempt"}.
 """
 
+import ctypes
 import gc
 import json
 import os
@@ -75,6 +92,9 @@ def callback(task):
     running = current_task()
     conn.rpush(RUNS_KEY, json.dumps({"id": task.id, "pid": os.getpid(),
                                      "attempt": running.attempt}))
+    marks = todo.get("marks")
+    if marks:
+        _mark(conn, marks, task.id, running.attempt, "start")
     if todo.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     counter = todo.get("concurrency")
@@ -83,14 +103,35 @@ def callback(task):
     try:
         if "progress" in todo:
             running.report_progress(*todo["progress"])
+        if "progress_every" in todo:
+            count, every = todo["progress_every"]
+            for done in range(1, count + 1):
+                time.sleep(every)
+                running.report_progress(100 * done / count, f"{done} of {count}")
+                running.should_stop()
+        if "steps" in todo:
+            _steps(conn, task.id, running, *todo["steps"], pause=todo.get("step_sleep", 0))
+        if "allocate_mib" in todo:
+            block = bytearray(todo["allocate_mib"] * 1024 * 1024)
+            del block
+        if todo.get("ignore_sigxcpu"):
+            signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+        if "spin" in todo:
+            until = time.process_time() + todo["spin"]
+            while time.process_time() < until:
+                pass
         if todo.get("kill_on_attempt") == running.attempt:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(float(todo.get("sleep", 0)))
+        if "hold_gil" in todo:
+            ctypes.PyDLL(None).sleep(int(todo["hold_gil"]))
         if "wait_for" in todo:
             _wait_until(lambda: conn.exists(todo["wait_for"]))
         if "until_stopped" in todo:
             _wait_until(running.should_stop)
             conn.rpush(todo["until_stopped"], "stopped")
+        if marks:
+            _mark(conn, marks, task.id, running.attempt, "end")
         if "mark" in todo:
             conn.rpush(todo["mark"], "done")
         if "collect_garbage" in todo:
@@ -100,10 +141,15 @@ def callback(task):
     finally:
         if counter:
             conn.decr(counter)
+    if "dependencies" in todo:
+        conn.rpush(todo["dependencies"], json.dumps(
+            {"id": task.id, "results": list(running.dependency_results.items())}))
     if "raise" in todo:
         raise ValueError(todo["raise"])
     if running.attempt < todo.get("fail_before", 0):
         raise CodedError(f"attempt {running.attempt} failed", code=f"E{running.attempt}")
+    if todo.get("read_checkpoint"):
+        return running.checkpoint_state
     if todo.get("return_object"):
         return object()
     if todo.get("random"):
@@ -113,12 +159,35 @@ def callback(task):
     return f"done:{task.parameters}"
 
 
+def _mark(conn, key, task_id, attempt, event):
+    line = json.dumps({"id": task_id, "attempt": attempt, "event": event, "at": time.time()})
+    _wait_until(lambda: conn.rpush(key, line))
+
+
+def _steps(conn, task_id, running, count, kill_at, pause=0):
+    state = running.checkpoint_state
+    first = state["step"] + 1 if state else 1
+    conn.rpush(f"{task_id}:began", first)
+    for step in range(first, count + 1):
+        time.sleep(pause)
+        running.checkpoint({"step": step})  # the step's work, then its mark
+        _wait_until(lambda step=step: conn.rpush(f"{task_id}:steps", step))
+        if step == kill_at and running.attempt == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _private_dirty_kib():
     with open("/proc/self/smaps_rollup") as rollup:
         return next(int(line.split()[1]) for line in rollup if line.startswith("Private_Dirty:"))
 
 
+def note_end(task, outcome, value, error_type):
+    """An on_task_end that RPUSHes "<id> <outcome>" to 'ended' (what the Django app's signals
+    are told)."""
+    redis.Redis.from_url(URL).rpush("ended", f"{task.id} {outcome}")
+
+
 def slow_end(task, outcome, value, error_type):
     """An on_task_end (a signal receiver, say) that takes longer than a lease renewal."""
     time.sleep(12)
-    redis.Redis.from_url(URL).rpush("ended", f"{task.id} {outcome}")
+    note_end(task, outcome, value, error_type)

@@ -8,13 +8,14 @@ import sys
 import uuid
 from pathlib import Path
 
-import redis
-
-from django_blueque.core.fork_server import NAME
-from tests.redis_server import RedisServer
-from tests.waiting import wait_for  # noqa: F401  (re-exported)
+from devtools.process_tree import sigkill
+from devtools.servers import wait_for  # noqa: F401  (re-exported)
 
 REPO = Path(__file__).resolve().parents[2]
+
+SHORT_TIMINGS = {"lease": 3, "heartbeat": 3, "confirm": 2, "retry": 0.5, "handover": 0.5}
+"""The liveness rules at a 3 s lease (recovered 5 s after its last renewal), for the fault
+tests; Timings' keyword arguments (``Runner(..., timings=json.dumps(SHORT_TIMINGS))``)."""
 
 
 def pid_alive(pid):
@@ -36,24 +37,9 @@ def children_of(pid):
         return []
 
 
-def fork_server_of(pid):
-    """The listener's fork server (fork_server.py), if it runs: a child named so."""
-    for child in children_of(pid):
-        try:
-            with open(f"/proc/{child}/comm", "rb") as comm:
-                if comm.read().strip() == NAME:
-                    return child
-        except FileNotFoundError:
-            pass
-    return None
-
-
 def task_processes_of(pid):
-    """The task processes of a listener, spares included: forked by its fork server, or by
-    the listener itself (then its children, the server aside)."""
-    server = fork_server_of(pid)
-    own = [child for child in children_of(pid) if child != server]
-    return own + (children_of(server) if server else [])
+    """The task processes of a listener: its children."""
+    return children_of(pid)
 
 
 def command_calls(r):
@@ -161,35 +147,4 @@ class Runner(Script):
 
 def kill_tagged(tag):
     """SIGKILL every process carrying the tag: runners and the task processes they forked."""
-    for pid in tagged_pids(tag):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-class PersistentRedisServer(RedisServer):
-    """A private redis-server that keeps its data across a restart (append-only file, synced
-    on every write), as production servers do."""
-
-    def start(self):
-        self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always", "--dir", self.dir,
-             "--daemonize", "no", "--loglevel", "warning"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        probe = redis.Redis(port=self.port)
-        try:
-            wait_for(lambda: _answers(probe) or self.process.poll() is not None, 10,
-                     f"redis-server on port {self.port} did not start")
-        finally:
-            probe.close()
-        assert self.process.poll() is None, f"redis-server on port {self.port} exited"
-        return self
-
-
-def _answers(client):
-    try:
-        return client.ping()
-    except redis.ConnectionError:
-        return False
+    sigkill(tagged_pids(tag))

@@ -5,12 +5,10 @@
         then blocks; SIGTERM stops it. Exit status 0 on a clean stop, 3 otherwise. --duties S runs
         enqueue_due_tasks() and a Reaper's pass every S seconds in the listener. --policy JSON
         gives every queue that policy; --slow-end makes on_task_end take 12 s; --cluster: URL
-        names a node of a Redis Cluster; --begin-wait S sets children.BEGIN_WAIT; --block-seconds S
-        sets waiter.BLOCK_SECONDS and --answer-grace S waiter.ANSWER_GRACE; --answer-wait
-        S sets channel.ANSWER_WAIT; --server-restart-pause S sets spares.SERVER_RESTART_PAUSE and
-        --no-fork-server makes the listener fork its task processes itself;
-        --server-dies-after-fork N and --server-dies-before-reaping kill the fork server at
-        those points; --linger S keeps the
+        names a node of a Redis Cluster; --timings JSON sets the client's Timings (e.g.
+        {"lease": 3, "confirm": 2}); --block-seconds S sets Timings.block and --answer-grace S
+        waiter.ANSWER_GRACE; --doomed-forks N makes the first N task processes exit at once;
+        --linger S keeps the
         process (and the runner object) alive S seconds after run() returns, as a program that
         embeds a runner goes on.
     reap URL --at T
@@ -26,21 +24,10 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 import time
 
-from django_blueque.core import (
-    Client,
-    ForkingRunner,
-    channel,
-    children,
-    enqueue_due_tasks,
-    fork_server,
-    reap,
-    spares,
-    waiter,
-)
+from django_blueque.core import Client, ForkingRunner, Timings, enqueue_due_tasks, reap, waiter
 from django_blueque.core.maintenance import Reaper
 from tests.core import callbacks
 
@@ -50,21 +37,15 @@ def _sleep_until(moment):
 
 
 def run(args):
-    client = Client(args.url, cluster=args.cluster)
+    timings = Timings(**json.loads(args.timings or "{}"),
+                      **({"block": args.block_seconds} if args.block_seconds else {}))
+    client = Client(args.url, cluster=args.cluster, timings=timings)
     callbacks.URL, callbacks.CLUSTER = args.url, args.cluster
-    if args.begin_wait is not None:
-        children.BEGIN_WAIT = args.begin_wait
-    if args.server_restart_pause is not None:
-        spares.SERVER_RESTART_PAUSE = args.server_restart_pause
-    if args.answer_wait is not None:
-        channel.ANSWER_WAIT = args.answer_wait
-    if args.block_seconds is not None:
-        waiter.BLOCK_SECONDS = args.block_seconds
     if args.answer_grace is not None:
         waiter.ANSWER_GRACE = args.answer_grace
     client_duties = None
     if args.duties:
-        reaper = Reaper(client)
+        reaper = Reaper(client.protocol)
 
         def client_duties():
             enqueue_due_tasks(client)
@@ -73,53 +54,41 @@ def run(args):
     if args.policy:
         def policy(queue):
             return json.loads(args.policy)
-    if args.server_dies_before_reaping:
-        fork_server.os = _ServerDiesBeforeReaping(os.getpid())
     runner = ForkingRunner(client, args.queues.split(","), callbacks.callback,
                            concurrency=args.concurrency, kill_grace=args.kill_grace,
                            retention=args.retention, policy=policy, duties=client_duties,
                            duties_interval=args.duties or 5.0,
-                           on_task_end=callbacks.slow_end if args.slow_end else None,
-                           fork_server=not args.no_fork_server,
-                           before_fork=_server_dies_after_fork(args.server_dies_after_fork))
+                           on_task_end=(callbacks.slow_end if args.slow_end else
+                                        callbacks.note_end if args.note_ends else None),
+                           before_fork=_doomed_forks(args.doomed_forks))
     print(json.dumps({"pid": os.getpid(), "listener_id": runner.listener_id}), flush=True)
     clean = runner.run()
     time.sleep(args.linger)
     return 0 if clean else 3
 
 
-def _server_dies_after_fork(forks):
-    """A before_fork that has the fork server SIGKILL itself right after its fork number
-    ``forks``: between the fork and the message that passes the spare's socket."""
-    if not forks:
+def _doomed_forks(count):
+    """A before_fork whose first ``count`` forks give a process that exits at once (status
+    3), before it reads its task: a task process that dies at start (the listener pauses
+    50 ms after such a fork, so that the process is gone before its task is handed over)."""
+    if not count:
         return None
-    listener = os.getpid()
-    count = 0
+    forks = 0
 
     def before_fork():
-        nonlocal count
-        if os.getpid() != listener:  # in the server (the listener forks it, and falls back)
-            count += 1
-            if count == forks:
-                os.register_at_fork(
-                    after_in_parent=lambda: os.kill(os.getpid(), signal.SIGKILL))
+        nonlocal forks
+        forks += 1
+
+    def after_in_child():
+        if forks <= count:
+            os._exit(3)
+
+    def after_in_parent():
+        if forks <= count:
+            time.sleep(0.05)
+
+    os.register_at_fork(after_in_child=after_in_child, after_in_parent=after_in_parent)
     return before_fork
-
-
-class _ServerDiesBeforeReaping:
-    """fork_server's ``os``: in the server, a blocking waitpid (the reaping of a process
-    whose exit it just reported) SIGKILLs the server instead."""
-
-    def __init__(self, listener):
-        self._listener = listener
-
-    def __getattr__(self, name):
-        return getattr(os, name)
-
-    def waitpid(self, pid, options):
-        if os.getpid() != self._listener and options == 0:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return os.waitpid(pid, options)
 
 
 def run_reap(args):
@@ -154,25 +123,18 @@ def main(argv=None):
     runner.add_argument("--duties", type=float, default=None)
     runner.add_argument("--policy", default=None, help="the queues' policy, as JSON")
     runner.add_argument("--cluster", action="store_true", help="a Redis Cluster's node URL")
-    runner.add_argument("--begin-wait", type=float, default=None,
-                        help="how long the next spare's fork waits for a handed task to begin")
+    runner.add_argument("--timings", default=None,
+                        help="the liveness timings, as JSON: Timings' keyword arguments")
     runner.add_argument("--block-seconds", type=int, default=None)
     runner.add_argument("--answer-grace", type=float, default=None)
-    runner.add_argument("--answer-wait", type=float, default=None,
-                        help="how long a task process waits for its listener to record its end")
     runner.add_argument("--linger", type=float, default=0.0,
                         help="seconds to live on after run() returns")
-    runner.add_argument("--server-restart-pause", type=float, default=None)
-    runner.add_argument("--no-fork-server", action="store_true",
-                        help="the listener forks its task processes itself")
-    runner.add_argument("--server-dies-after-fork", type=int, default=0, metavar="N",
-                        help="the fork server SIGKILLs itself after its Nth fork, before "
-                             "it sends the spare")
-    runner.add_argument("--server-dies-before-reaping", action="store_true",
-                        help="the fork server SIGKILLs itself after it reports an exit, "
-                             "before it reaps the process")
+    runner.add_argument("--doomed-forks", type=int, default=0, metavar="N",
+                        help="the first N task processes exit at once, before their task")
     runner.add_argument("--slow-end", action="store_true",
                         help="on_task_end sleeps 12 s, then RPUSHes the task id to 'ended'")
+    runner.add_argument("--note-ends", action="store_true",
+                        help="on_task_end RPUSHes '<id> <outcome>' to 'ended'")
     reaper = commands.add_parser("reap")
     reaper.add_argument("url")
     reaper.add_argument("--at", type=float, required=True)

@@ -60,6 +60,7 @@ def test_listen_blocks_until_a_task_arrives(client, redis_url):
     try:
         timer.start()
         task = listener.listen()
+        timer.join(10)  # its enqueue() may not have returned yet when the listener has the task
         assert enqueued and task.id == enqueued[0]
     finally:
         timer.cancel()

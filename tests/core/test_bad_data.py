@@ -11,7 +11,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_blueque.core import ForkingRunner, enqueue_due_tasks, reap
+from django_blueque.core import ForkingRunner, enqueue_due_tasks, protocol, reap
+from django_blueque.core.protocol import UNWRITTEN_PAUSE
 from tests.core.helpers import wait_for
 from tests.garbage import contents, write
 
@@ -107,12 +108,43 @@ def test_enqueue_refuses_a_queue_of_garbage_and_writes_nothing(client, r):
     assert r.keys("blueque_task_*") == []
 
 
-def test_an_id_pushed_before_its_hash_runs(client, r):
-    """blueque 1.0 ran it; before, reserve.lua dropped it and the task was lost."""
+def write_late(r, task_id, parameters):
+    """What a producer without a transaction writes after pushing the id: blueque 1.0's hash."""
+    stamp = repr(time.time())
+    r.hset(f"blueque_task_{task_id}", mapping={
+        "status": "pending", "queue": "q", "parameters": parameters, "created": stamp,
+        "updated": stamp})
+
+
+def test_an_id_pushed_before_its_hash_waits_for_it(client, r):
+    """Kept, not run without its hash, until the scheduler puts it back (issue 38; before,
+    it ran with no parameters and the hash written after it stayed pending in no list)."""
     r.lpush("blueque_pending_tasks_q", "early")
     drain(client)
+    assert r.zscore("blueque_scheduled_tasks_q", "early") is not None
+    assert r.hget("blueque_task_early", "status") is None
+    write_late(r, "early", "late parameters")
+    time.sleep(UNWRITTEN_PAUSE)
+    assert enqueue_due_tasks(client) == {"q": ["early"]}  # back in its queue
+    drain(client)
     task = client.get_task("early")
-    assert task.status == "complete" and task.queue == "q"
+    assert (task.status, task.result, task.attempts) == ("complete", "done:late parameters", 1)
+    assert "unwritten_since" not in task.fields
+
+
+def test_an_id_whose_hash_never_comes_fails_naming_why(client, r, monkeypatch, caplog):
+    monkeypatch.setattr(protocol, "UNWRITTEN_WAIT", UNWRITTEN_PAUSE)
+    r.lpush("blueque_pending_tasks_q", "ghost")
+    drain(client)
+    time.sleep(UNWRITTEN_PAUSE)
+    enqueue_due_tasks(client)
+    drain(client)
+    task = client.get_task("ghost")
+    assert (task.status, task.queue, task.error_type) == (
+        "failed", "q", "django_blueque.NoTaskHash"), task.fields
+    assert "no task hash was written" in task.error
+    assert r.lrange("blueque_failed_tasks_q", 0, -1) == ["ghost"]
+    assert any("ghost" in record.getMessage() for record in caplog.records)
 
 
 @pytest.mark.parametrize("kind", ["string", "hash"])

@@ -11,10 +11,19 @@ import time
 
 import pytest
 
-from django_blueque.core import reap
-from django_blueque.core.protocol import HEARTBEAT_TTL, LEASE_TTL
+from django_blueque.core import Client, Timings, reap
 from tests.core.callbacks import RUNS_KEY
-from tests.core.helpers import REPO, wait_for
+from tests.core.helpers import REPO, SHORT_TIMINGS, wait_for
+
+SHORT = Timings(**SHORT_TIMINGS)
+
+
+@pytest.fixture
+def short_client(redis_url):
+    """A client whose listeners and leases run at a 3 s lease."""
+    engine = Client(redis_url, timings=SHORT)
+    yield engine
+    engine.redis.close()
 
 HOST = socket.getfqdn()
 
@@ -40,16 +49,17 @@ START_AND_DIE = "l = c.get_listener('q'); p = c.get_processor(l.listen()); p.sta
 
 
 @pytest.mark.slow
-def test_a_listener_held_through_a_long_task_stays_alive(client, r):
+def test_a_listener_held_through_a_long_task_stays_alive(short_client, r):
     """The 1.0 pattern: take a task, run it for longer than a heartbeat lasts, without calling
     listen() meanwhile. The listener must stay registered, for the reaper and for its own
     claim_orphan()."""
+    client = short_client
     task_id = client.get_queue("q").enqueue("long")
     listener = client.get_listener("q")
     try:
         processor = client.get_processor(listener.listen())
         assert processor.start(os.getpid())
-        time.sleep(HEARTBEAT_TTL + 5)
+        time.sleep(SHORT.heartbeat + 5)
 
         assert listener.claim_orphan() is None
         assert reap(client) == []
@@ -62,9 +72,11 @@ def test_a_listener_held_through_a_long_task_stays_alive(client, r):
 
 
 @pytest.mark.slow
-def test_a_task_started_for_another_pid_keeps_its_lease_while_that_process_runs(client, r):
+def test_a_task_started_for_another_pid_keeps_its_lease_while_that_process_runs(short_client,
+                                                                                 r):
     """1.0's processor.start(pid): the caller holds the lease for the task's process. It lets
     it go once that process (on this host) exits; a pid it cannot see is not watched."""
+    client = short_client
     worker = subprocess.Popen(["sleep", "120"])
     queue = client.get_queue("q")
     watched, unseen = queue.enqueue("watched"), queue.enqueue("unseen")
@@ -74,14 +86,14 @@ def test_a_task_started_for_another_pid_keeps_its_lease_while_that_process_runs(
                       (watched, unseen)}
         assert processors[watched].start(worker.pid)
         assert processors[unseen].start(123456)  # as blueque 1.0's integration test does
-        time.sleep(LEASE_TTL + 5)
+        time.sleep(SHORT.lease + 5)
 
         assert reap(client) == []
         assert r.exists(f"blueque_lease_{watched}", f"blueque_lease_{unseen}") == 2
 
         worker.kill()
         worker.wait()
-        wait_for(lambda: not r.exists(f"blueque_lease_{watched}"), LEASE_TTL + 15,
+        wait_for(lambda: not r.exists(f"blueque_lease_{watched}"), SHORT.lease + 15,
                  "the lease of a task whose process exited unreported to lapse")
         assert r.exists(f"blueque_lease_{unseen}")
         assert processors[unseen].complete("done") == "complete"
@@ -143,7 +155,7 @@ def test_the_runner_recovers_what_its_dead_predecessors_left_on_this_host(
 
     wait_for(lambda: r.hget(task_key(reserved), "status") == "complete", 20, runner.describe)
     wait_for(lambda: r.hget(task_key(lost), "status") == "failed", 20, runner.describe)
-    assert time.monotonic() - began < HEARTBEAT_TTL
+    assert time.monotonic() - began < Timings().heartbeat
     assert r.hget(task_key(reserved), "result") == "recovered"
     assert r.hget(task_key(lost), "error_type") == "ListenerLost"
     assert not dead & r.smembers("blueque_listeners_q")

@@ -10,6 +10,9 @@ import pytest
 
 from tests.core.helpers import tagged_pids
 
+# one after another with the soak: each would starve the others' timers of CPU
+pytestmark = [pytest.mark.django_agnostic, pytest.mark.xdist_group("cpu-bound")]
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "cluster.py"
 
 

@@ -44,13 +44,13 @@ def test_each_failure_is_indexed_by_its_type_newest_first(client, r, failed):
 
 def test_a_retry_a_delete_and_a_bulk_job_take_tasks_out_of_it(client, r, failed):
     proto = client.protocol
-    assert proto.retry("q", failed["k1"]) == 1
+    assert proto.admin.retry("q", failed["k1"]) == 1
     assert not r.exists(of_type("builtins.KeyError"))
     assert "builtins.KeyError" not in r.zrange(TYPES, 0, -1)
-    assert proto.delete_finished("q", failed["v1"]) == 1
+    assert proto.admin.delete_finished("q", failed["v1"]) == 1
     assert r.zrange(of_type("builtins.ValueError"), 0, -1) == [failed["v2"], failed["v3"]]
-    assert proto.bulk_start("job", "retry", "q", "failed", "admin", 60, with_cancelled=True)
-    while proto.bulk_step("job", "q", "failed", 2, 60)[0] == "running":
+    assert proto.admin.bulk_start("job", "retry", "q", "failed", "admin", 60, with_cancelled=True)
+    while proto.admin.bulk_step("job", "q", "failed", 2, 60)[0] == "running":
         pass
     assert r.zrange(TYPES, 0, -1) == []
     assert not r.keys("blueque_failed_of_type_*")
@@ -58,7 +58,7 @@ def test_a_retry_a_delete_and_a_bulk_job_take_tasks_out_of_it(client, r, failed)
 
 def test_a_task_failed_again_after_a_retry_is_indexed_once(client, r, failed):
     proto = client.protocol
-    assert proto.retry("q", failed["v1"]) == 1
+    assert proto.admin.retry("q", failed["v1"]) == 1
     assert fail(proto, failed["v1"], "builtins.ValueError", token="tok2") == "failed"
     assert r.zcard(of_type("builtins.ValueError")) == 3
     assert r.zrevrange(of_type("builtins.ValueError"), 0, 0) == [failed["v1"]]
@@ -67,7 +67,7 @@ def test_a_task_failed_again_after_a_retry_is_indexed_once(client, r, failed):
 def test_expired_failed_tasks_leave_the_index(client, r, failed):
     for task_id in failed.values():
         r.hset(f"blueque_task_{task_id}", "expires", "1")
-    assert client.protocol.expire_finished("q", "failed") == 5
+    assert client.protocol.upkeep.expire_finished("q", "failed") == 5
     assert r.zrange(TYPES, 0, -1) == []
     assert not r.keys("blueque_failed_of_type_*")
 
@@ -89,5 +89,5 @@ def test_an_index_of_the_wrong_type_never_fails_a_task_end(client, r, garbage_ke
     assert fail(client.protocol, task_id, "builtins.ValueError") == "failed"
     assert client.get_task(task_id).status == "failed"
     assert r.lrange("blueque_failed_tasks_q", 0, -1) == [task_id]
-    assert client.protocol.retry("q", task_id) == 1
+    assert client.protocol.admin.retry("q", task_id) == 1
     assert r.get(garbage_key) == "not a zset"

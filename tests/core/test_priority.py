@@ -50,7 +50,7 @@ def test_enqueue_many_and_schedule_carry_the_priority(client, r):
     first = queue.enqueue("first")
     scheduled = queue.schedule("due", 2**31, priority=50)
     r.zadd("blueque_scheduled_tasks_q", {scheduled: 1})
-    assert client.protocol.move_due("q") == [scheduled]
+    assert client.protocol.upkeep.move_due("q") == [scheduled]
     assert taken_order(client.protocol) == [scheduled, later, *batch, first]
 
 

@@ -3,14 +3,16 @@ types, the task hash's exact fields and values, and the commands sent (INFO comm
 
 import datetime
 import os
+import re
 import socket
 import time
 import uuid
 
 import pytest
 
-from django_blueque.core import Client, Listener
-from django_blueque.core.protocol import ENQUEUE_BATCH, HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL
+from django_blueque.core import Client, Listener, protocol
+from django_blueque.core.protocol import ENQUEUE_BATCH
+from django_blueque.core.timings import DEFAULT as TIMINGS
 from tests.core.helpers import assert_time_field, calls_delta, command_calls
 
 BLUEQUE1_FIELDS = {"status", "queue", "parameters", "created", "updated"}
@@ -54,8 +56,8 @@ def test_enqueue_writes_exactly_blueque1s_hash_list_and_queue_score(client, r):
 
 
 def test_take_says_whether_more_tasks_wait_in_the_queue(client, proto):
-    """The runner forks its next spare at once when more tasks wait (a drain needs it before
-    the task ends), and after the task has begun otherwise (children.BEGIN_WAIT)."""
+    """The runner takes again from a queue while more tasks wait, and otherwise waits on its
+    peeks (no fork for a take that would find the queue empty)."""
     queue = client.get_queue("q")
     first, second = queue.enqueue("1"), queue.enqueue("2")
     assert proto.take("q", "host-a_101", "t1", 4242)[::3] == (first, True)
@@ -170,6 +172,26 @@ def test_schedule_accepts_aware_datetimes_and_timedeltas_only(client, r):
     assert r.zcard("blueque_scheduled_tasks_q") == 2
 
 
+@pytest.mark.parametrize("eta", [float("inf"), float("-inf"), float("nan"), 1e300,
+                                 253402300800.0])  # the last: 10000-01-01, past year 9999
+def test_schedule_refuses_an_eta_that_never_comes(client, r, eta):
+    """Before: inf and 1e300 stayed scheduled for ever, NaN failed with a Lua error naming a
+    script SHA (issue 38)."""
+    with pytest.raises(ValueError, match=f"eta .*{re.escape(repr(eta))}"):
+        client.get_queue("q").schedule("p", eta)
+    with pytest.raises(ValueError, match=f"eta .*{re.escape(repr(eta))}"):
+        client.protocol.schedule("q", "p", eta)
+    assert r.dbsize() == 0
+
+
+def test_schedule_accepts_the_last_second_of_year_9999(client, r):
+    last = datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.UTC)
+    task_id = client.get_queue("q").schedule("p", last)
+    assert r.zscore("blueque_scheduled_tasks_q", task_id) == last.timestamp()
+    with pytest.raises(ValueError, match="year 10000"):
+        client.get_queue("q").schedule("p", datetime.timedelta.max)
+
+
 def test_move_due_moves_only_due_tasks_and_keeps_eta(client, r):
     queue = client.get_queue("q")
     due = queue.schedule("due", time.time() + 0.2)
@@ -214,21 +236,21 @@ def test_heartbeat_registers_a_listener_as_blueque1_does(client, r):
 
 
 def test_reserving_brings_an_idle_listeners_long_lease_back_to_the_busy_one(client, proto, r):
-    """An idle listener beats rarely, on IDLE_HEARTBEAT_TTL; the reserve that gives it a task
+    """An idle listener beats rarely, on TIMINGS.idle_heartbeat; the reserve that gives it a task
     shortens that lease in the same step (and never lengthens a busy one, nor registers)."""
-    proto.heartbeat("host-a_101", ["q", "other"], ttl=IDLE_HEARTBEAT_TTL)
+    proto.heartbeat("host-a_101", ["q", "other"], ttl=TIMINGS.idle_heartbeat)
     idle = r.zscore("blueque_listener_leases_q", "host-a_101")
-    assert idle >= time.time() + IDLE_HEARTBEAT_TTL - 5
+    assert idle >= time.time() + TIMINGS.idle_heartbeat - 5
     client.get_queue("q").enqueue("a")
     t0 = time.time()
     assert proto.reserve("q", "host-a_101", "tok")[1]
     busy = r.zscore("blueque_listener_leases_q", "host-a_101")
-    assert t0 + HEARTBEAT_TTL - 1 <= busy <= time.time() + HEARTBEAT_TTL
+    assert t0 + TIMINGS.heartbeat - 1 <= busy <= time.time() + TIMINGS.heartbeat
     assert r.zscore("blueque_listener_expiries", "q host-a_101") == busy
     # its other queue, where it reserved nothing, keeps the long lease
     assert r.zscore("blueque_listener_leases_other", "host-a_101") == idle
     client.get_queue("q").enqueue("b")
-    proto.heartbeat("host-a_101", ["q"], ttl=HEARTBEAT_TTL)
+    proto.heartbeat("host-a_101", ["q"], ttl=TIMINGS.heartbeat)
     renewed = r.zscore("blueque_listener_leases_q", "host-a_101")
     assert proto.reserve("q", "host-a_101", "tok2")[1]
     assert r.zscore("blueque_listener_leases_q", "host-a_101") == renewed
@@ -300,14 +322,34 @@ def test_reserve_drops_an_id_whose_task_is_not_pending(client, proto, r):
     assert r.get("blueque_task_garbage") == "not a hash"
 
 
-def test_an_id_pushed_before_its_hash_is_run_not_dropped(client, proto, r):
-    """blueque 1.0 reserved such an id (its HSET made the hash); a producer that pushes the
-    id first and writes the hash just after must not lose its task."""
-    r.lpush("blueque_pending_tasks_q", "early")
-    assert proto.reserve("q", "host-a_101", "tok") == ("early", True, "")
-    # the producer's hash arrives now, between the reservation and the start
+def test_an_id_pushed_before_its_hash_waits_for_it_not_dropped(client, proto, r):
+    """A producer that pushes the id first and writes the hash after must not lose its task:
+    the id waits in the scheduled set (issue 38), then the scheduler puts it back first."""
+    r.lpush("blueque_pending_tasks_q", "early", "other")
+    assert proto.reserve("q", "host-a_101", "tok") is None
+    assert r.lrange("blueque_pending_tasks_q", 0, -1) == ["other"]
+    assert r.zscore("blueque_scheduled_tasks_q", "early") > r.zscore("blueque_due_queues", "q") - 1
     r.hset("blueque_task_early", mapping={"status": "pending", "queue": "q",
                                           "parameters": "late"})
+    assert proto.upkeep.move_due("q", by_caller_clock=True) == []  # not due yet
+    time.sleep(protocol.UNWRITTEN_PAUSE)
+    assert proto.upkeep.move_due("q", by_caller_clock=True) == ["early"]
+    assert r.lrange("blueque_pending_tasks_q", 0, -1) == ["other", "early"]  # taken first
+    assert proto.reserve("q", "host-a_101", "tok") == ("early", True, "")
+    fields = proto.start("q", "early", "host-a_101", 4242, "tok")
+    assert fields["status"] == "started" and fields["parameters"] == "late"
+    assert "unwritten_since" not in fields and fields["attempts"] == "1"
+
+
+def test_a_hash_written_between_blueque1s_reserve_and_our_start_is_started(client, proto, r):
+    """blueque 1.0's reserve (RPOPLPUSH, then HSET) makes the hash of an id it finds without
+    one; the producer's hash may then arrive before the start (Processor.start, ours)."""
+    r.lpush("blueque_pending_tasks_q", "early")
+    r.rpoplpush("blueque_pending_tasks_q", "blueque_reserved_tasks_q_host-a_101")
+    r.hset("blueque_task_early", mapping={"status": "reserved", "node": "host-a_101"})
+    r.hset("blueque_task_early", mapping={"status": "pending", "queue": "q",
+                                          "parameters": "late"})
+    proto.set_lease_token("early", "tok")
     fields = proto.start("q", "early", "host-a_101", 4242, "tok")
     assert fields["status"] == "started" and fields["parameters"] == "late"
     assert fields["node"] == "host-a_101" and fields["attempts"] == "1"
@@ -341,6 +383,27 @@ def test_start_is_refused_to_a_stale_reservation(client, proto, r):
     assert proto.start("q", task_id, "host-a_101", 4242, "someone-elses") == 0
     assert r.hgetall(f"blueque_task_{task_id}") == snapshot
     assert not r.exists("blueque_started_tasks_q", f"blueque_lease_{task_id}")
+
+
+@pytest.mark.parametrize("outcome, retries, answer", [("complete", 0, "complete"),
+                                                     ("failed", 0, "failed"),
+                                                     ("failed", 1, "retry")])
+def test_an_end_tried_again_after_a_lost_reply_gets_the_same_answer(client, proto, r, outcome,
+                                                                     retries, answer):
+    """A task process's finish whose reply was lost is tried again with the same end id and
+    answered with what the first try recorded, once, writing nothing more; another caller
+    of the same run (its listener, which passes no end id) or another end id gets 'stale'."""
+    task_id = client.get_queue("q").enqueue("p")
+    reserve_and_start(proto)
+    end = dict(listener_id="host-a_101", pid=4242, token="tok", outcome=outcome, value="v",
+               policy={"retries": retries})
+    assert proto.finish("q", task_id, end_id="end-1", **end) == answer
+    recorded = r.hgetall(f"blueque_task_{task_id}")
+    assert recorded["ended_by"] == f"end-1 {answer}"
+    assert proto.finish("q", task_id, end_id="end-1", **end) == answer
+    assert proto.finish("q", task_id, **end) == "stale"
+    assert proto.finish("q", task_id, end_id="end-2", **end) == "stale"
+    assert r.hgetall(f"blueque_task_{task_id}") == recorded
 
 
 def test_complete(client, proto, r):
@@ -578,11 +641,11 @@ def test_expire_finished_deletes_only_past_retention(client, proto, r):
                                     abs=0.01)
     assert expires >= t0 + 3600
 
-    assert proto.expire_finished("q", "complete") == 1
+    assert proto.upkeep.expire_finished("q", "complete") == 1
     assert not r.exists(f"blueque_task_{gone}")
     assert r.lrange("blueque_complete_tasks_q", 0, -1) == [kept]
     assert r.hget(f"blueque_task_{kept}", "status") == "complete"
-    assert proto.expire_finished("q", "complete") == 0
+    assert proto.upkeep.expire_finished("q", "complete") == 0
 
 
 def test_expire_finished_default_retention_for_tasks_without_expires(client, proto, r):
@@ -594,13 +657,13 @@ def test_expire_finished_default_retention_for_tasks_without_expires(client, pro
                                                "parameters": "p", "created": repr(now - age),
                                                "updated": repr(now - age), "result": "r"})
         r.lpush("blueque_complete_tasks_q", name)
-    assert proto.expire_finished("q", "complete") == 0
-    assert proto.expire_finished("q", "complete", default_retention=50) == 1
+    assert proto.upkeep.expire_finished("q", "complete") == 0
+    assert proto.upkeep.expire_finished("q", "complete", default_retention=50) == 1
     assert not r.exists("blueque_task_old")
     assert r.lrange("blueque_complete_tasks_q", 0, -1) == ["recent"]
     # an id whose hash is already gone is just dropped from the list
     r.rpush("blueque_complete_tasks_q", "vanished")
-    assert proto.expire_finished("q", "complete") == 1
+    assert proto.upkeep.expire_finished("q", "complete") == 1
     assert r.lrange("blueque_complete_tasks_q", 0, -1) == ["recent"]
 
 

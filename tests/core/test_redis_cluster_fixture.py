@@ -1,4 +1,4 @@
-"""tests/redis_cluster.py itself: the cluster it starts is one redis-py's RedisCluster can use,
+"""devtools/redis_cluster.py itself: the cluster it starts is one redis-py's RedisCluster can use,
 a live slot move keeps every key readable, and close() leaves no server behind."""
 
 import os
@@ -6,7 +6,9 @@ import os
 import pytest
 from redis.cluster import RedisCluster
 
-from tests.redis_cluster import LocalCluster
+from devtools.redis_cluster import LocalCluster
+
+pytestmark = pytest.mark.django_agnostic
 
 
 @pytest.fixture

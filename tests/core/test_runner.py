@@ -12,19 +12,17 @@ import time
 import pytest
 import redis
 
+from devtools.servers import RedisServer
 from django_blueque.core import Client, reap, waiter
 from django_blueque.core import keys as k
-from django_blueque.core.channel import LARGEST_END
-from django_blueque.core.protocol import HEARTBEAT_TTL, IDLE_HEARTBEAT_TTL
+from django_blueque.core.timings import DEFAULT as TIMINGS
 from tests.core.callbacks import RUNS_KEY
 from tests.core.helpers import (
-    PersistentRedisServer,
     Runner,
     calls_delta,
     command_calls,
     pid_alive,
     requests_received,
-    task_processes_of,
     wait_for,
 )
 
@@ -56,33 +54,53 @@ def registered(r, runner, timeout=20):
 
 # -- listening ----------------------------------------------------------------------------------
 
-def test_idle_listener_sends_nothing_between_its_beats_a_minute_apart(client, r, start_runner):
+@pytest.fixture
+def alone(tmp_path, tag):
+    """A Redis of its own with a runner on it, and that Redis's client: what it reads is this
+    runner's alone (a process an earlier test left on the session's Redis is not counted)."""
+    server = RedisServer().start()
+    runner = Runner(server.url, "q", tmp_path, tag)
+    engine = Client(server.url)
+    try:
+        yield engine, engine.redis, runner
+    finally:
+        runner.popen.kill()
+        runner.wait(10)
+        runner.popen.stdout.close()
+        engine.redis.close()
+        server.close()
+
+
+def test_idle_listener_sends_nothing_between_its_beats_a_minute_apart(alone):
     """blueque 1.0 polls every second; ours blocks, and beats once a minute on a long lease
-    while idle (IDLE_HEARTBEAT_TTL): a hundred idle listeners cost Redis two commands a
+    while idle (TIMINGS.idle_heartbeat): a hundred idle listeners cost Redis two commands a
     second, not a hundred and sixty."""
-    runner = start_runner()
+    client, r, runner = alone
     registered(r, runner)
     time.sleep(1.0)  # settled into its blocking wait
     lease = r.zscore("blueque_listener_leases_q", runner.listener_id)
-    assert lease > time.time() + IDLE_HEARTBEAT_TTL - 10
+    assert lease > time.time() + TIMINGS.idle_heartbeat - 10
     before, began = requests_received(r), time.monotonic()
     time.sleep(6.5)
     sent, elapsed = requests_received(r) - before - 1, time.monotonic() - began  # - our INFO
 
     assert sent == 0, f"{sent} requests in {elapsed:.1f} s"
-    # and it wakes up for a task at once, its lease back to the busy one
-    task_id = client.get_queue("q").enqueue("wake up")
-    assert finished(client, task_id, runner, timeout=10).result == "done:wake up"
-    assert r.zscore("blueque_listener_leases_q", runner.listener_id) < time.time() + HEARTBEAT_TTL
-    assert r.hget(f"blueque_listener_{runner.listener_id}", "lease") == str(HEARTBEAT_TTL)
+    # it wakes up for a task at once, and beats at the busy pace from its first renewal of
+    # the task's lease (a third of the lease after the take), not before the task's code
+    task_id = client.get_queue("q").enqueue(json.dumps({"sleep": TIMINGS.beat_every * 2}))
+    wait_for(lambda: client.get_task(task_id).status == "started", 10, runner.describe)
+    wait_for(lambda: r.hget(f"blueque_listener_{runner.listener_id}", "lease")
+             == str(TIMINGS.heartbeat), TIMINGS.beat_every + 4, runner.describe)
+    lease = r.zscore("blueque_listener_leases_q", runner.listener_id)
+    assert lease < time.time() + TIMINGS.heartbeat
+    assert finished(client, task_id, runner, timeout=15).status == "complete"
 
 
 def test_a_peek_that_times_out_waits_again_without_looking_at_the_queue(client, r,
                                                                         monkeypatch):
-    """Nothing came for BLOCK_SECONDS: the peek is renewed at once (one BLMOVE), with no take
-    of an empty queue; an element that comes leaves it unarmed for the listener."""
-    monkeypatch.setattr(waiter, "BLOCK_SECONDS", 1)
-    peeks = waiter.PendingWaiter(client, "q")
+    """Nothing came for the block's length: the peek is renewed at once (one BLMOVE), with
+    no take of an empty queue; an element that comes leaves it unarmed for the listener."""
+    peeks = waiter.PendingWaiter(client, "q", block=1)
     try:
         peeks.arm()
         before = command_calls(r)
@@ -190,82 +208,8 @@ def test_concurrency_is_respected(client, r, start_runner):
     assert len(seen) == 6 and max(seen) == 2  # two at once, never three
 
 
-def test_a_busy_listener_keeps_a_spare_so_the_next_task_needs_no_fork(client, r,
-                                                                         start_runner):
-    """While its only slot is busy, the listener forks the next task's process, which then
-    waits for the slot: a queue drains without a fork between one task's end and the next
-    one's start (before, the next process was forked only after the last one exited)."""
-    queue = client.get_queue("q")
-    first = queue.enqueue(job(wait_for="gate"))
-    second = queue.enqueue(job())
-    runner = start_runner(concurrency=1)
-    running = started(client, first, runner)
-    spare = wait_for(lambda: [pid for pid in task_processes_of(runner.pid)
-                              if pid != running.pid], 20, runner.describe)
-    r.set("gate", 1)
-    assert finished(client, second, runner).status == "complete"
-    assert client.get_task(second).pid == spare[0]
-
-
-def test_the_next_spare_is_forked_once_the_task_handed_over_begins(client, r, start_runner):
-    """The fork of the next spare waits until the task just handed over says its code is
-    starting (on 2 cores the fork beside the hand-over delayed every pickup by about 0.4 ms),
-    or until BEGIN_WAIT: a process stuck before its task's code does not stop the listener
-    forking, nor taking other tasks meanwhile."""
-    runner = start_runner(concurrency=2, begin_wait=3)
-    spare = wait_for(lambda: task_processes_of(runner.pid), 20, runner.describe)[0]
-    os.kill(spare, signal.SIGSTOP)  # it will be handed the task, and not begin it
-    try:
-        stalled = client.get_queue("q").enqueue(job())
-        wait_for(lambda: client.get_task(stalled).pid == spare, 20, runner.describe)
-        time.sleep(1.0)
-        assert task_processes_of(runner.pid) == [spare]  # before: the next spare forked at once
-        wait_for(lambda: len(task_processes_of(runner.pid)) == 2, 20, runner.describe)  # BEGIN_WAIT
-        other = client.get_queue("q").enqueue(job())  # the second slot is served meanwhile
-        assert finished(client, other, runner).status == "complete"
-        assert client.get_task(stalled).status == "started"
-    finally:
-        os.kill(spare, signal.SIGCONT)
-    assert finished(client, stalled, runner).status == "complete"
-
-
-def test_the_next_spare_is_forked_at_once_when_more_tasks_wait(client, r, start_runner):
-    """In a drain the spare is needed before the task ends: when the take says more tasks
-    wait, the listener forks it without waiting for the task to begin (a drain of 300 no-op
-    tasks ran 12% slower with the wait)."""
-    runner = start_runner(begin_wait=30)
-    spare = wait_for(lambda: task_processes_of(runner.pid), 20, runner.describe)[0]
-    os.kill(spare, signal.SIGSTOP)
-    try:
-        stalled, after = client.get_queue("q").enqueue_many([job(), job()])
-        wait_for(lambda: client.get_task(stalled).pid == spare, 20, runner.describe)
-        wait_for(lambda: len(task_processes_of(runner.pid)) == 2, 20, runner.describe)
-        assert client.get_task(stalled).status == "started"  # its process is still stopped
-    finally:
-        os.kill(spare, signal.SIGCONT)
-    assert finished(client, stalled, runner).status == "complete"
-    assert finished(client, after, runner).status == "complete"
-
-
-def test_the_listener_records_a_short_tasks_end_so_its_process_never_connects(client, r,
-                                                                              start_runner):
-    """A forked process's first Redis connection cost it more CPU than the rest of a short
-    task; the listener records the end it sends (channel.py). Before: one connection of the
-    engine's own per task process, beside the test callback's."""
-    runner = start_runner(concurrency=2)
-    registered(r, runner)
-    time.sleep(0.5)  # its spare is forked
-    before = r.info("stats")["total_connections_received"]
-    ids = client.get_queue("q").enqueue_many([job(**{"return": n}) for n in range(20)])
-    for n, task_id in enumerate(ids):
-        assert finished(client, task_id, runner).result == str(n)
-    connections = r.info("stats")["total_connections_received"] - before
-    assert connections <= 20 + 2, connections  # the callbacks' own (callbacks.py), no more
-
-
-def test_an_end_too_long_for_the_listener_is_recorded_by_its_process(client, start_runner):
-    """An end over LARGEST_END (a large result or traceback) is the process's to record."""
-    value = "x" * (LARGEST_END + 1000)
+def test_a_large_result_and_traceback_are_recorded_whole(client, start_runner):
+    value = "x" * 100_000
     runner = start_runner()
     big = client.get_queue("q").enqueue(job(**{"return": value}))
     failing = client.get_queue("q").enqueue(job(**{"raise": value}))
@@ -499,13 +443,11 @@ def test_second_sigterm_stops_at_once_leaving_the_task_to_its_process(client, r,
 
 def test_a_runner_stopped_at_once_hands_its_running_tasks_ends_back_to_their_processes(
         client, r, start_runner):
-    """A program that embeds a runner lives on after run() returns: the sockets of the tasks
-    still running must close with it, or each of those processes, at its end, waits
-    ANSWER_WAIT for a listener that will never answer (here 60 s) before recording the end
-    itself."""
+    """A program that embeds a runner lives on after run() returns: the tasks still running
+    record their own ends."""
     queue = client.get_queue("q")
     running = queue.enqueue(job(wait_for="gate"))
-    runner = start_runner(answer_wait=60, linger=120)
+    runner = start_runner(linger=120)
     started(client, running, runner)
     runner.signal(signal.SIGTERM)
     time.sleep(0.5)  # two signals at once are one to Python
@@ -536,7 +478,7 @@ def test_listener_reconnects_after_redis_restarts(client, r, redis_server, start
 
 @pytest.fixture
 def persistent_redis():
-    server = PersistentRedisServer().start()
+    server = RedisServer(persistent=True).start()
     yield server
     server.close()
 

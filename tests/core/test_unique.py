@@ -90,7 +90,7 @@ def test_a_scheduled_task_gets_the_raised_priority_when_it_is_due(client, r):
     plain = queue.enqueue("plain", priority=5)
     assert queue.enqueue("u", unique_key="k", priority=9) == later
     r.zadd("blueque_scheduled_tasks_q", {later: 1})
-    client.protocol.move_due("q")
+    client.protocol.upkeep.move_due("q")
     assert client.protocol.reserve("q", "host-a_101", "tok")[0] == later
     assert client.protocol.reserve("q", "host-a_101", "tok")[0] == plain
 

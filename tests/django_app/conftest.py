@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.waiting import wait_for  # noqa: F401  (re-exported)
+from devtools.servers import wait_for  # noqa: F401  (re-exported)
 
 MANAGE = Path(__file__).resolve().parents[2] / "testproject" / "manage.py"
 

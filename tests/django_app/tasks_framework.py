@@ -51,3 +51,11 @@ def fails_twice(context):
     if context.attempt < 3:
         raise ValueError(f"run {context.attempt} failed")
     return context.attempt
+
+
+@task(queue_name="other")
+def marked(seconds):
+    """Marks its run's start and end (limits_app.tasks.MARKS), for the limits' test."""
+    from tests.django_app.limits_app.tasks import marked_run
+
+    marked_run(seconds)

@@ -74,12 +74,12 @@ def test_the_admin_pages_read_the_cluster(manage, client, django_user_model):
     # a listener of a queue no task of this project names (found through the queues set)
     get_client().protocol.heartbeat("elsewhere~1_7", ["other.queue"], {"host": "elsewhere"})
     pages = {
-        "dashboard": "/admin/blueque/",
-        "failed": "/admin/blueque/queue/?name=demo.fail&state=failed",
-        "pending": "/admin/blueque/queue/?name=demo.report&state=pending",
-        "task": f"/admin/blueque/tasks/{failed}/",
-        "listeners": "/admin/blueque/listeners/",
-        "metrics": "/admin/blueque/metrics/",
+        "dashboard": "/admin/django_blueque/queue/",
+        "failed": "/admin/django_blueque/queue/?name=demo.fail&state=failed",
+        "pending": "/admin/django_blueque/queue/?name=demo.report&state=pending",
+        "task": f"/admin/django_blueque/queue/tasks/{failed}/",
+        "listeners": "/admin/django_blueque/queue/listeners/",
+        "metrics": "/admin/django_blueque/queue/metrics/",
     }
     responses = {name: client.get(path) for name, path in pages.items()}
     assert {name: response.status_code for name, response in responses.items()} == dict.fromkeys(
@@ -88,9 +88,12 @@ def test_the_admin_pages_read_the_cluster(manage, client, django_user_model):
     assert failed in responses["failed"].content.decode()
     assert waiting in responses["pending"].content.decode()
     assert "shown" in responses["task"].content.decode()
+    # run times read across the masters (issue 41)
+    assert 'blueque_recent_run_seconds_count{queue="demo.fail",outcome="failed"} 1' in \
+        responses["metrics"].content.decode()
     assert [(row.id, row.queues, row.kind) for row in responses["listeners"].context[
         "listeners"]] == [("elsewhere~1_7", ["other.queue"], "live")]
-    retry = client.post("/admin/blueque/actions/", {"action": "retry", "ids": [failed],
+    retry = client.post("/admin/django_blueque/queue/actions/", {"action": "retry", "ids": [failed],
                                                      "confirm": "yes"})
     assert retry.status_code == 302
     assert get_result(failed).status == "pending"

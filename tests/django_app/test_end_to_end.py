@@ -4,7 +4,7 @@ import json
 import time
 
 import pytest
-from demo.tasks import failing_task, flaky_task, long_task, report
+from demo.tasks import bounded, failing_task, flaky_task, long_task, report, resumable_import
 
 from django_blueque import get_result
 
@@ -129,3 +129,18 @@ def test_a_unique_task_is_enqueued_once_while_it_waits(blueque, r):
     assert json.loads(fields["parameters"]) == {"title": "a"}
     with pytest.raises(ValueError, match="cannot be enqueued on commit"):
         report.using(unique_key="daily").enqueue_on_commit(title="c")
+
+
+def test_a_killed_run_resumes_from_its_checkpoint(listener):
+    result = get_result(resumable_import.enqueue(rows=6, crash_after=3))
+    assert result.wait(timeout=60).status == "complete"
+    assert result.result == {"resumed_at": 3, "rows": 6}
+    assert result.attempts == 2 and result.last_error.startswith("process killed by signal 9")
+
+
+def test_a_task_past_its_decorators_memory_limit_fails_naming_it(listener):
+    greedy = get_result(bounded.enqueue(mib=1024))
+    modest = get_result(bounded.enqueue(mib=10))
+    assert greedy.wait(timeout=60).status == "failed"
+    assert greedy.error == "exceeded its memory limit of 256 MiB"
+    assert modest.wait(timeout=60).status == "complete" and modest.result == 10

@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from devtools.redis_sentinel import SERVICE, SentinelSetup
+from devtools.servers import RedisServer, wait_for
 from django_blueque.conf import get_client
 from django_blueque.core.waiter import PendingWaiter
 from tests.django_app.failover_app.tasks import work
-from tests.redis_server import RedisServer
-from tests.sentinel_setup import SERVICE, SentinelSetup
-from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,8 +37,12 @@ def setup():
 
 @pytest.fixture
 def decoy():
-    """A private server where a connection that bypassed Sentinel would land."""
+    """A private server where a connection that bypassed Sentinel would land (its counts
+    reset once started: see commands_received)."""
     server = RedisServer().start()
+    probe = redis.Redis(port=server.port, protocol=2)
+    probe.config_resetstat()
+    probe.close()
     yield server
     server.close()
 
@@ -58,6 +61,21 @@ def connections_received(server):
         return client.info("stats")["total_connections_received"]
     finally:
         client.close()
+
+
+def commands_received(server):
+    """Every connection and command a server took since the decoy fixture reset its counts:
+    {"connections": n, command: calls}, empty when it took none. Asked once, at the end of a
+    test, in RESP2 (no HELLO): this function's own connection and INFO are not counted."""
+    probe = redis.Redis(port=server.port, protocol=2)
+    try:
+        info = probe.info("stats", "commandstats")
+    finally:
+        probe.close()
+    received = {name.removeprefix("cmdstat_"): stats["calls"] for name, stats in info.items()
+                if name.startswith("cmdstat_") and name != "cmdstat_config|resetstat"}
+    connections = info["total_connections_received"] - 1
+    return {"connections": connections, **received} if connections else received
 
 
 def remote_ports(pid):
@@ -84,7 +102,7 @@ def remote_ports(pid):
 def test_the_blocking_peek_connects_through_sentinel(settings, steady_setup, decoy):
     client = sentinel_settings(settings, steady_setup, options={"port": decoy.port})
     before = connections_received(decoy)
-    waiter = PendingWaiter(client, "failover.work")
+    waiter = PendingWaiter(client, "failover.work", block=60)
     try:
         waiter.arm()  # its peeks on the pending list and on the priority wake list
         assert [peek.conn._sock.getpeername()[1] for peek in waiter.peeks] == [
@@ -92,6 +110,35 @@ def test_the_blocking_peek_connects_through_sentinel(settings, steady_setup, dec
     finally:
         waiter.close()
     assert connections_received(decoy) == before + 1  # the count's own
+
+
+def test_a_cut_connection_reconnects_where_sentinel_names_the_primary(settings, setup, decoy):
+    """redis-py asks Sentinel only when a connection is taken from the pool: a command sent on
+    a connection that was cut (here the UNWATCH redis-py sends after a transaction's WATCH
+    lost its server, as the scheduler's periodic claim does in a failover) reconnected to the
+    last address without asking, a demoted primary; a connection never asked would go to the
+    OPTIONS address, the decoy here."""
+    client = sentinel_settings(settings, setup, options={"port": decoy.port})
+    old = setup.current_primary()
+    pipe = client.redis.pipeline(transaction=True)
+    pipe.watch("periodic")
+    watching = pipe.execute_command("CLIENT", "ID")
+    new = setup.failover()
+    admin = redis.Redis(port=old.port, decode_responses=True)
+    wait_for(lambda: admin.role()[0] == "slave", message="the old primary to be demoted")
+    admin.client_kill_filter(_id=watching)  # as Sentinel does when it demotes a server
+    admin.close()
+    with pytest.raises(redis.WatchError):
+        pipe.get("periodic")  # the WATCH's connection is gone; redis-py sends UNWATCH
+    pool = client.redis.connection_pool
+    assert pipe.connection is None and pool._in_use_connections == set()
+    assert [conn._sock.getpeername()[1] for conn in pool._available_connections
+            if conn._sock] == [new]  # the UNWATCH's, made where Sentinel names the primary
+    fresh = pool.make_connection()  # as the pool makes one, not connected yet
+    fresh.send_command("PING")  # redis-py connects it by itself, to its host and port
+    assert fresh.read_response() == "PONG" and fresh._sock.getpeername()[1] == new
+    fresh.disconnect()
+    assert commands_received(decoy) == {}
 
 
 def failover_env(manage, setup, tmp_path):
@@ -131,6 +178,32 @@ def test_a_listener_picks_a_task_up_at_once_with_sentinel(settings, steady_setup
     assert connections_received(decoy) == before + 1  # the count's own
 
 
+@pytest.mark.slow
+def test_a_listener_with_the_scheduler_reaches_nothing_but_sentinel_s_primary(
+        settings, setup, decoy, manage, tmp_path):
+    """Issue 38's set-up: OPTIONS names a decoy's host and port, and a listener with the
+    scheduler and the reaper runs 20 tasks of 1 s through a SENTINEL FAILOVER: the decoy takes
+    no connection and no command, and every task runs to its end (some twice: with
+    WAIT_REPLICAS 0, what the old primary recorded in its last second may be lost, the
+    documented asynchronous-replication case)."""
+    runs = failover_env(manage, setup, tmp_path)
+    manage.env["BLUEQUE_DEFAULT_PORT"] = str(decoy.port)
+    sentinel_settings(settings, setup, options={"port": decoy.port})
+    listener = manage.start("bq_listen", "--noreload", "--with-scheduler", "failover.work")
+    for number in range(20):
+        work.enqueue(number, seconds=1)
+    wait_for(lambda: any("end" in events for events in read_runs(runs).values()),
+             message="a task to end before the failover")
+    setup.failover()
+    wait_for(lambda: len(read_runs(runs)) == 20 and all(
+        "end" in events for events in read_runs(runs).values()), timeout=60,
+        message="every task to end")
+    assert listener.poll() is None
+    listener.terminate()
+    listener.wait(30)
+    assert commands_received(decoy) == {}
+
+
 # -- defect 12: following a failover --------------------------------------------------------------
 
 def test_a_readonly_reply_drops_every_connection_of_a_plain_pool():
@@ -142,7 +215,7 @@ def test_a_readonly_reply_drops_every_connection_of_a_plain_pool():
     primary, other = RedisServer().start(), RedisServer().start()
     try:
         client = Client(primary.url)
-        waiter = PendingWaiter(client, "q").peeks[0]
+        waiter = PendingWaiter(client, "q", block=60).peeks[0]
         waiter.arm()  # a listener's blocking peek, holding a connection
         client.redis.set("x", "1")
         admin = redis.Redis(port=primary.port)

@@ -44,6 +44,27 @@ def test_two_functions_for_one_queue_is_an_error_naming_both():
     assert "first" in str(caught.value) and "second" in str(caught.value)
 
 
+@pytest.mark.parametrize(("options", "needle"), [
+    ({"memory_limit": "lots"}, "a memory limit is a number of bytes or a size such as '512M'"),
+    ({"cpu_limit": -1}, "a CPU limit is a number of seconds > 0, not -1"),
+])
+def test_a_malformed_limit_fails_at_import_naming_the_task(options, needle):
+    with pytest.raises(ValueError, match=needle) as caught:
+        @blueque_task(queue="tests.limited", **options)
+        def limited():
+            pass
+    assert str(caught.value).startswith("tests.django_app.test_registry.")
+
+
+def test_a_checkpointing_task_runs_as_a_plain_call_and_eagerly(settings):
+    from demo.tasks import resumable_import
+
+    assert resumable_import(rows=3) == {"resumed_at": 0, "rows": 3}  # always a first run
+    settings.BLUEQUE = {"URL": "redis://127.0.0.1:1/0", "EAGER": True}  # no Redis needed
+    result = get_result(resumable_import.enqueue(rows=4))
+    assert (result.status, result.result) == ("complete", {"resumed_at": 0, "rows": 4})
+
+
 def test_autodiscovery_registered_the_demo_tasks():
     assert {"demo.long", "demo.fail", "demo.flaky", "demo.report", "demo.tick"} <= set(
         registered_tasks())

@@ -9,16 +9,19 @@ import time
 from pathlib import Path
 
 import pytest
+from django.apps import apps
 from django.utils import timezone
 
+from devtools.servers import wait_for
+from django_blueque.backends import _app_name
 from django_blueque.tasks_compat import (
     DummyBackend,
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    task_backends,
     task_enqueued,
 )
-from tests.waiting import wait_for
 
 MODULES = {"TASK_MODULES": ["tests.django_app.tasks_framework"]}
 BACKEND = "django_blueque.backends.BluequeBackend"
@@ -316,3 +319,37 @@ def test_every_failed_run_is_an_error_of_the_result_oldest_first(framework, task
     assert [error.exception_class for error in result.errors] == [ValueError, ValueError]
     assert ["run 1 failed" in result.errors[0].traceback,
             "run 2 failed" in result.errors[1].traceback] == [True, True]
+
+
+def test_a_task_no_worker_may_import_is_refused_before_anything_is_written(framework, settings,
+                                                                           r, tmp_path):
+    """Before: enqueue() wrote it, then raised TaskResultDoesNotExist from its own get_result,
+    leaving a task that fails in the worker (issue 38)."""
+    dummy = f"{DummyBackend.__module__}.{DummyBackend.__qualname__}"
+    settings.TASKS = {**TASKS, "dummy": {"BACKEND": dummy}}
+    (tmp_path / "outside_apps.py").write_text(
+        "from django_blueque.tasks_compat import task\n\n"
+        "@task(backend='dummy')\ndef outside():\n    return 1\n")
+    sys.path.append(str(tmp_path))
+    try:
+        from outside_apps import outside
+    finally:
+        sys.path.remove(str(tmp_path))
+    with pytest.raises(InvalidTask, match=r"'outside_apps' .*TASK_MODULES"):
+        outside.using(backend="default")
+    with pytest.raises(InvalidTask, match="TASK_MODULES"):
+        task_backends["default"].enqueue(outside, [], {})
+    assert r.dbsize() == 0
+
+
+def test_installed_is_judged_by_installed_apps_not_the_registrys_current_view(framework):
+    """A TransactionTestCase's available_apps hides apps from the registry, not from the
+    workers: Django's own tests enqueue tasks of an app so hidden."""
+    backend = task_backends["default"]
+    apps.set_available_apps(["django_blueque"])
+    try:
+        assert backend.may_import("demo.tasks")
+    finally:
+        apps.unset_available_apps()
+    assert not backend.may_import("demonic.tasks")
+    assert _app_name("django.contrib.admin.apps.SimpleAdminConfig") == "django.contrib.admin"

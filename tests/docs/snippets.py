@@ -126,9 +126,9 @@ class DocsProject(Project):
         return self.run(sys.executable, "manage.py", "bq_listen", "--burst", "--noreload",
                         "--log-level", "WARNING")
 
-    def listen(self):
-        """A ``bq_listen`` left running until the test ends."""
+    def listen(self, *options):
+        """A ``bq_listen`` (with ``options``) left running until the test ends."""
         self.background.append(subprocess.Popen(
-            [sys.executable, "manage.py", "bq_listen", "--noreload"], cwd=self.root,
+            [sys.executable, "manage.py", "bq_listen", "--noreload", *options], cwd=self.root,
             env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.docs
+pytestmark = [pytest.mark.docs, pytest.mark.xdist_group("docs-build")]
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"

@@ -15,7 +15,7 @@ from django.core.management import load_command_class
 
 import django_blueque
 import django_blueque.core
-from django_blueque import conf, signals
+from django_blueque import setting_checks, signals
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -37,7 +37,7 @@ def code_blocks(language):
 
 def test_every_setting_is_in_the_settings_reference():
     text = page("reference/settings.rst")
-    missing = [key for key in conf.DEFAULTS if f"* - ``{key}``" not in text]
+    missing = [key for key in setting_checks.DEFAULTS if f"* - ``{key}``" not in text]
     assert not missing, missing
 
 
@@ -63,6 +63,14 @@ def test_every_exported_name_is_documented():
     for name in django_blueque.core.__all__:
         documented = re.search(rf"^\.\. auto\w+:: {name}$", core, flags=re.M)
         assert documented or (name in constants and f"``{name}``" in core), name
+
+
+def test_every_module_of_the_engine_is_named_in_the_architecture_page():
+    text = page("explanation/architecture.rst")
+    modules = [path.name for path in (REPO / "django_blueque" / "core").glob("*.py")
+               if path.name != "__init__.py"]
+    assert "admission.py" in modules
+    assert not [name for name in modules if name not in text]
 
 
 def test_every_command_is_in_the_commands_reference():

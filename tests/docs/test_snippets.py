@@ -8,6 +8,7 @@ is none of these fails test_every_python_block_runs_or_says_why_not. The doctest
 Where a page leaves a helper undefined (``import_batch``, ``handle``...), the scenario defines
 it after the page's code; the test's only other liberty is named where it is taken."""
 
+import json
 import sys
 
 import django
@@ -85,6 +86,25 @@ assert (result.status, result.progress, result.progress_message) == \\
     ("complete", 100, "west done"), vars(result.task)
 assert result.result == {"year": 2025, "regions": 4}
 """)
+
+
+@scenario("howto/workflows.rst")
+def workflows(project, blocks):
+    project.set_tasks(blocks.take())
+    out = project.shell(blocks.take() + """
+from django_blueque import get_result
+assert [get_result(i).status for i in workflow.task_ids] == ["pending"] + ["waiting"] * 4
+print("workflow", workflow, publish_id)
+""")
+    workflow_id, publish_id = out.split()[-2:]
+    project.burst()
+    project.shell(f"workflow_id, publish_id = {workflow_id!r}, {publish_id!r}" + """
+from django_blueque import get_result, workflow_task_ids
+assert len(workflow_task_ids(workflow_id)) == 5
+assert get_result(publish_id).result == [
+    "/tmp/cat.mov.mp4", "/tmp/cat.mov.ogv", "/tmp/cat.mov.webm"], get_result(publish_id).status
+""")
+    project.shell(blocks.take())
 
 
 @scenario("howto/cancelling.rst")
@@ -227,6 +247,18 @@ assert 'href="/admin/blueque/listeners/"' in page.content.decode()  # links to t
 """)
 
 
+@scenario("reference/settings.rst")
+def reporter_filter(project, blocks):
+    project.add_settings(blocks.take())
+    project.shell("""
+from django.conf import settings
+from django.views.debug import get_default_exception_reporter_filter
+settings.BLUEQUE = {"URL": "redis://:hunter2@redis.example:6379/0"}
+shown = get_default_exception_reporter_filter().get_safe_settings()["BLUEQUE"]
+assert shown == {"URL": "redis://:***@redis.example:6379/0"}, shown
+""")
+
+
 @scenario("reference/tasks-backend.rst")
 def tasks_backend(project, blocks):
     code = blocks.take()
@@ -291,6 +323,132 @@ print("retried", sum(status == "pending" for status in statuses.values()))
 """)
     assert "155 failed, 150 timed out" in out and out.count("100 retried") == 1
     assert "50 retried" in out and "retried 150" in out
+
+
+@scenario("howto/observability.rst")
+def observability(project, blocks):
+    project.add_settings(blocks.take())  # the tracer provider (spans printed on stdout)
+    project.add_settings(blocks.take())  # LOGGING: JSON lines on stdout
+    project.set_tasks(blocks.take())
+    before = json_objects(project.shell("""
+import json
+from opentelemetry import trace
+with trace.get_tracer("docs").start_as_current_span("GET /videos/42/encode/"):
+    print(json.dumps(encode_video.enqueue(42)))
+"""))
+    task_id = before[0]
+    request, = [o for o in before if isinstance(o, dict) and o.get("name", "").startswith("GET")]
+    enqueue, = [o for o in before
+                if isinstance(o, dict) and o.get("name") == "publish video.encode"]
+    after = json_objects(project.burst())
+    run, = [o for o in after if o.get("name") == "yourapp.tasks.encode_video"]
+    assert enqueue["parent_id"] == request["context"]["span_id"]
+    assert run["parent_id"] == enqueue["context"]["span_id"]
+    assert run["context"]["trace_id"] == request["context"]["trace_id"]
+    assert run["attributes"]["blueque.outcome"] == "complete"
+    line, = [o for o in after if o.get("message") == "encoding video 42"]
+    assert (line["task_id"], line["queue"], line["attempt"]) == (task_id, "video.encode", 1)
+    assert line["logger"] == "yourapp.tasks"
+
+
+LIMITED_WORK = """
+from django_blueque.conf import get_client
+
+def _work(name, gated):
+    # logs its start and end; a gated run waits until the test lets it end
+    r = get_client().redis
+    r.rpush("docs:events", f"start {name}")
+    if gated:
+        r.blpop(f"docs:gate:{name}", timeout=60)
+    r.rpush("docs:events", f"end {name}")
+
+def render_on_gpu(scene_id):
+    _work(f"scene-{scene_id}", gated=True)
+
+def load_rows(customer_id, path):
+    _work(path, gated=customer_id == 7)
+
+def send_mail_to(user_id):
+    _work(f"user-{user_id}", gated=False)
+"""
+
+WAITING = """
+import time
+from django_blueque import get_result
+from django_blueque.conf import get_client
+r = get_client().redis
+
+def events():
+    return r.lrange("docs:events", 0, -1)
+
+def wait(predicate, what):
+    deadline = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < deadline, (what, events())
+        time.sleep(0.05)
+
+def release(name):
+    r.rpush(f"docs:gate:{name}", 1)
+"""
+
+
+@scenario("howto/concurrency-and-rate-limits.rst")
+def concurrency_and_rate_limits(project, blocks):
+    # the test's liberty: a rate of 3 starts in any 2 s, not the page's 30 a minute
+    settings = blocks.take()
+    assert '"RATE_LIMIT": "30/m"' in settings
+    project.add_settings(settings.replace('"30/m"', '"3/2s"'))
+    project.set_tasks(blocks.take() + LIMITED_WORK)
+    project.listen("--concurrency", "4")  # a slot free beyond each limit below
+    # MAX_RUNNING 2: the third render waits (its take refused) until a render ends
+    project.shell(WAITING + """
+ids = [render.enqueue(n) for n in range(3)]
+wait(lambda: events() == ["start scene-0", "start scene-1"], "two renders start")
+wait(lambda: r.exists("blueque_full_gpu.render"), "a take finds the queue full")
+assert get_result(ids[2]).status == "pending" and len(events()) == 2
+release("scene-0")
+wait(lambda: "start scene-2" in events(), "the third starts once a slot frees")
+assert events().index("start scene-2") > events().index("end scene-0")
+release("scene-1")
+release("scene-2")
+wait(lambda: all(get_result(i).status == "complete" for i in ids), "the renders end")
+""")
+    # MAX_RUNNING_PER_KEY 1: customer 7's second import is held, customer 8's goes past it
+    enqueue = blocks.take()
+    uploads = "".join(f"customer_id, path = {customer!r}, {path!r}\n{enqueue}"
+                      for customer, path in ((7, "a.csv"), (7, "b.csv"), (8, "c.csv")))
+    project.shell(WAITING + 'r.delete("docs:events")\n' + uploads + """
+wait(lambda: {"start a.csv", "end c.csv"} <= set(events()), "customer 8 goes past")
+held, = r.zrange("blueque_held_imports", 0, -1)
+key, _since, held_id = held.split()
+assert key == "customer-7" and "start b.csv" not in events()
+result = get_result(held_id)
+assert result.status == "pending" and "held_since" in result.fields, result.fields
+release("a.csv")
+wait(lambda: "start b.csv" in events(), "customer 7's next import starts")
+assert events().index("start b.csv") > events().index("end a.csv")
+release("b.csv")
+wait(lambda: events().count("end b.csv") == 1, "the imports end")
+""")
+    # RATE_LIMIT 3/2s: the fourth start of five is 2 s after the first, at the earliest
+    project.shell(WAITING + """
+ids = [send_newsletter.enqueue(n) for n in range(5)]
+wait(lambda: all(get_result(i).status == "complete" for i in ids), "the mails are sent")
+starts = sorted(get_client().get_task(i).started for i in ids)
+assert starts[3] - starts[0] >= 2 - 0.05 and starts[4] - starts[1] >= 2 - 0.05, starts
+""")
+
+
+def json_objects(text):
+    """The JSON values printed one after the other in ``text`` (spans span several lines)."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while at < len(text):
+        if text[at].isspace():
+            at += 1
+            continue
+        value, at = decoder.raw_decode(text, at)
+        found.append(value)
+    return found
 
 
 @pytest.mark.parametrize("page", sorted(SCENARIOS))

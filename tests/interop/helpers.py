@@ -6,7 +6,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.waiting import wait_for
+from devtools.servers import wait_for
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

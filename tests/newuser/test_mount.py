@@ -40,7 +40,7 @@ def test_without_any_url_step_the_admin_site_serves_every_page(settings, superus
 
     task_id = long_task.enqueue(steps=1)
     for path in (f"{ADMIN_MOUNT}tasks/{task_id}/", f"{ADMIN_MOUNT}listeners/",
-                 f"{ADMIN_MOUNT}queue/?name=demo.long&state=pending",
+                 f"{ADMIN_MOUNT}?name=demo.long&state=pending",
                  f"{ADMIN_MOUNT}metrics.json", f"{ADMIN_MOUNT}metrics/"):
         assert superuser.get(path).status_code == 200, path
     assert superuser.get(f"{ADMIN_MOUNT}tasks/no-such-task/").status_code == 404
@@ -65,10 +65,13 @@ def test_an_include_behind_the_admin_catch_all_is_a_warning_and_links_avoid_it(
     assert f"{ADMIN_MOUNT}listeners/" in links(page)
 
 
-def test_a_reachable_include_keeps_its_urls_and_the_index_leads_there(superuser, blueque):
-    # testproject's urls.py includes django_blueque.urls before the admin
+def test_a_reachable_include_keeps_its_urls_and_the_index_leads_there(settings, superuser,
+                                                                       blueque):
+    settings.ROOT_URLCONF = "tests.newuser.urls_include_before_admin"
     assert blueque_warnings() == []
     response = superuser.get(ADMIN_MOUNT)
     assert response.status_code == 302 and response["Location"] == "/admin/blueque/"
     page = superuser.get("/admin/blueque/").content.decode()
     assert "/admin/blueque/listeners/" in links(page)
+    queue = superuser.get("/admin/blueque/?name=demo.long")  # a queue's page, on that mount
+    assert queue.status_code == 200 and queue.context["queue"] == "demo.long"

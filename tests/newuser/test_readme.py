@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.waiting import wait_for
+from devtools.servers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SECTION = "## Install into an existing project"
@@ -132,6 +132,10 @@ def test_the_readme_install_section_works_verbatim_in_a_new_project(project, r):
             task_id = project.shell(code + "\nprint(task_id)").split()[-1]
     assert task_id, "the section enqueues no task"
     key = f"blueque_task_{task_id}"
+    # something to watch: the task reports progress while it runs (issue 42, item 16)
+    wait_for(lambda: r.hget(key, "status") == "started" and
+             0 < float(r.hget(key, "progress") or 0) < 100, timeout=60,
+             message=lambda: f"no progress seen while it ran: {r.hgetall(key)}")
     wait_for(lambda: r.hget(key, "status") == "complete", timeout=60,
              message=lambda: f"task {r.hgetall(key)}; listener: {listener_output(project)}")
     assert r.hget(key, "result") == '{"video_id":42,"ok":true}'

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from devtools.servers import wait_for
 from tests.django_app.conftest import MANAGE
-from tests.waiting import wait_for
 
 LISTENERS = "blueque_listeners_demo.long"
 

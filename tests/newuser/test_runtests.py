@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def runtests():
     spec = importlib.util.spec_from_file_location("runtests_under_test",
-                                                  REPO / "devtools" / "testing.py")
+                                                  REPO / "devtools" / "testing_envs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from django_blueque import conf
+from django_blueque import conf, setting_checks
 from django_blueque.redacted import masked_url
 from tests.packaging.test_demo import Demo
 
@@ -32,7 +32,7 @@ def test_masked_url_hides_the_password_only(url, shown):
 
 def test_the_url_check_and_the_error_of_a_request_hide_the_password(settings):
     settings.BLUEQUE = {"URL": f"http://:{SECRET}@localhost:6379/0"}
-    [problem] = conf.problems()
+    [problem] = setting_checks.problems()
     assert problem.id == "blueque.E004" and SECRET not in problem.msg
     assert "http://:***@localhost:6379/0" in problem.msg
     with pytest.raises(ImproperlyConfigured) as caught:
@@ -42,7 +42,7 @@ def test_the_url_check_and_the_error_of_a_request_hide_the_password(settings):
 
 def test_a_url_that_is_not_a_string_is_named_by_its_type(settings):
     settings.BLUEQUE = {"URL": {"password": SECRET}}
-    [problem] = conf.problems()
+    [problem] = setting_checks.problems()
     assert problem.msg == "BLUEQUE['URL'] is not a Redis URL: a dict."
 
 
@@ -64,6 +64,7 @@ def password_url(redis_server, redis_url, r):
 
 
 @pytest.mark.slow
+@pytest.mark.django_agnostic
 def test_the_demo_hides_the_password_and_keeps_its_secrets_private(tmp_path, password_url):
     demo = Demo(tmp_path, "--grace", "1", env_extra={"BLUEQUE_URL": password_url})
     try:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.django_agnostic
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -183,15 +185,15 @@ def test_demo_runs_a_task_from_its_page_and_stops_everything(tmp_path):
         assert done["status"] == "complete", done
         assert done["progress"] == 100
 
-        assert browser.get("/admin/blueque/")[0] == 302  # to the login page
+        assert browser.get("/admin/django_blueque/queue/")[0] == 302  # to the login page
         assert browser.get("/admin/login/")[0] == 200
-        status, _ = browser.post("/admin/login/?next=/admin/blueque/",
+        status, _ = browser.post("/admin/login/?next=/admin/django_blueque/queue/",
                                  {"username": "admin", "password": password,
-                                  "next": "/admin/blueque/"})
+                                  "next": "/admin/django_blueque/queue/"})
         assert status == 302
-        status, html = browser.get("/admin/blueque/")
+        status, html = browser.get("/admin/django_blueque/queue/")
         assert status == 200 and "demo.long" in html
-        status, html = browser.get(f"/admin/blueque/tasks/{task_id}/")
+        status, html = browser.get(f"/admin/django_blueque/queue/tasks/{task_id}/")
         assert status == 200 and task_id in html
 
         # a long task still running when the demo is stopped: its process is stopped too

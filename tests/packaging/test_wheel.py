@@ -23,7 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "django_blueque"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.django_agnostic, pytest.mark.xdist_group("wheel")]
 
 
 def package_files(*patterns):
@@ -114,6 +114,10 @@ def test_wheel_metadata(dist):
     for requirement in ("Django>=5.2", "redis>=5.3", "django-redis", "croniter"):
         assert any(r.startswith(requirement) and "extra ==" not in r for r in requires), (
             requirement, requires)
+    # the otel extra brings OpenTelemetry's API only (issue 41); nothing of it otherwise
+    assert [r.split(";")[0].strip() for r in requires if 'extra == "otel"' in r] == [
+        "opentelemetry-api>=1.20"], requires
+    assert not [r for r in requires if "opentelemetry" in r and "extra ==" not in r]
     classifiers = metadata.get_all("Classifier")
     for classifier in ("Programming Language :: Python :: 3.11",
                        "Programming Language :: Python :: 3.12",
@@ -127,7 +131,8 @@ def test_sdist_holds_license_docs_tests_and_demo(dist):
     with tarfile.open(dist["sdist"]) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     wanted = {"LICENSE", "CHANGELOG.md", "README.md", "rundemo.py", "runtests.py",
-              "devtools/demo.py", "devtools/testing.py",
+              "devtools/demo.py", "devtools/demo_install.py", "devtools/demo_services.py",
+              "devtools/process_tree.py", "devtools/testing.py", "devtools/testing_envs.py",
               "MANIFEST.in", "setup.cfg", "pyproject.toml", "tests/conftest.py",
               "testproject/manage.py"}
     wanted = {name for name in wanted if (REPO / name).exists()}

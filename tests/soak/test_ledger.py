@@ -172,3 +172,154 @@ def test_logs_give_listener_ids_and_releases(tmp_path):
                       "12.501 r: listener host_42: released listener (heartbeat expired)\n"
                       "13.000 q: task t: requeued (x)\n")
     assert ledger.read_releases(reaper) == [(12.5, "host_42")]
+
+
+def test_a_workflow_step_started_before_its_dependency_ended_is_out_of_order():
+    events = ran("a", at=10.0) + ran("b", pid=101, at=12.0) + ran("c", pid=102, at=10.5)
+    verdict = ledger.judge(observed(
+        {"a": "workflow", "b": "workflow", "c": "workflow"},
+        {"a": complete(), "b": complete(), "c": complete()},
+        edges={"a": [], "b": ["a"], "c": ["a"]}), events)
+    assert verdict.completed == 3
+    assert verdict.out_of_order == [("c", "started before a ended")]
+    never = ledger.judge(observed({"a": "workflow", "b": "workflow"}, {"a": {}, "b": complete()},
+                                  edges={"b": ["a"]}), ran("b"))
+    assert never.out_of_order == [("b", "started before a ended")]
+
+
+def test_a_task_whose_attempts_the_faults_used_up_is_spent_not_lost():
+    """The CI soak of seed 922987: a doomed task (one retry) killed by task_kill, its retry's
+    process killed with its node before its code began; the reaper failed it, as its retries
+    say. Killed once with two retries left, the same end is a loss."""
+    events = [ev("start", "d", 1, 100, 1.0)]
+    spent = {"status": "failed", "error_type": "ListenerLost", "error": "listener lost",
+             "attempts": "2"}
+    verdict = ledger.judge(observed({"d": "doomed"}, {"d": spent},
+                                    displaced=[(1.5, "d"), (3.0, "d")], killed={"d": {100}}),
+                           events)
+    assert not verdict.lost and not verdict.never_recovered
+    assert [task_id for task_id, _ in verdict.spent_by_faults] == ["d"]
+    once = ledger.judge(observed({"s": "sleep"}, {"s": dict(spent, attempts="3")},
+                                 displaced=[(1.5, "s")], killed={"s": {100}}),
+                        [ev("start", "s", 1, 100, 1.0)])
+    assert [task_id for task_id, _ in once.lost] == ["s"] and not once.spent_by_faults
+    assert once.never_recovered == ["s"]
+
+
+def test_a_designed_failure_and_a_fault_spend_a_doomed_task_but_not_an_error_of_its_own():
+    events = ran("d", outcome="fail") + [ev("start", "d", 2, 101, 20.0)]
+    final = {"status": "failed", "error_type": "ProcessDied", "attempts": "2"}
+    verdict = ledger.judge(observed({"d": "doomed"}, {"d": final},
+                                    displaced=[(21.0, "d")], killed={"d": {101}}), events)
+    assert [task_id for task_id, _ in verdict.spent_by_faults] == ["d"] and not verdict.lost
+    other = ledger.judge(observed({"d": "doomed"}, {"d": dict(final, error_type="KeyError")},
+                                  displaced=[(21.0, "d")], killed={"d": {101}}), events)
+    assert [task_id for task_id, _ in other.lost] == ["d"]
+
+
+# -- limits (issue 39): MAX_RUNNING and MAX_RUNNING_PER_KEY never exceeded -------------------
+
+LIMITS = {"limited": {"max_running": 2, "max_running_per_key": None},
+          "keyed": {"max_running": None, "max_running_per_key": 1}}
+
+
+def judged_limits(tasks, events, final=None, **kwargs):
+    final = final or {task_id: complete() for task_id in tasks}
+    return ledger.judge(observed(tasks, final, limits=LIMITS, **kwargs), events).over_limit
+
+
+def test_runs_within_their_limits_are_not_reported():
+    # two at once, the third starting as the first ends; a key's runs one after the other
+    events = (ran("a", at=10.0) + ran("b", pid=101, at=10.5) + ran("c", pid=102, at=11.0)
+              + ran("k1", pid=103, at=10.0) + ran("k2", pid=104, at=11.0)
+              + ran("x", pid=105, at=10.2))  # another key beside them
+    tasks = {"a": "limited", "b": "limited", "c": "limited", "k1": "keyed", "k2": "keyed",
+             "x": "keyed"}
+    keys = {"k1": "key-1", "k2": "key-1", "x": "key-2"}
+    assert judged_limits(tasks, events, concurrency_keys=keys) == []
+    verdict = ledger.judge(observed(tasks, {task_id: complete() for task_id in tasks},
+                                    limits=LIMITS, concurrency_keys=keys), events)
+    assert verdict.limit_peaks == {"limited queue": (2, 2), "keyed key key-1": (1, 1),
+                                   "keyed key key-2": (1, 1)}
+
+
+def test_a_queue_running_more_than_its_max_running_is_caught():
+    events = ran("a", at=10.0) + ran("b", pid=101, at=10.2) + ran("c", pid=102, at=10.4)
+    tasks = {"a": "limited", "b": "limited", "c": "limited"}
+    assert judged_limits(tasks, events) == [("limited queue", 3, 2, 10.4)]
+
+
+def test_two_runs_of_one_key_at_once_are_caught():
+    events = ran("k1", at=10.0) + ran("k2", pid=101, at=10.9) + ran("x", pid=102, at=10.5)
+    tasks = {"k1": "keyed", "k2": "keyed", "x": "keyed"}
+    keys = {"k1": "key-1", "k2": "key-1", "x": "key-2"}
+    assert judged_limits(tasks, events, concurrency_keys=keys) == [("keyed key key-1", 2, 1,
+                                                                     10.9)]
+
+
+def recovered(attempt, at, error_type="ListenerLost", node="host~a_1"):
+    return {"status": "complete", "attempts": str(attempt + 1),
+            "errors": ledger.json.dumps([{"type": error_type, "time": at, "attempt": attempt,
+                                          "node": node}])}
+
+
+def span(task_id, pid, start, end):
+    return [ev("start", task_id, 1, pid, start), ev("end", task_id, 1, pid, end, "ok")]
+
+
+def test_a_killed_run_holds_its_slot_until_the_engine_recorded_its_end():
+    """A killed run (a start, no end) counts until the reaper's recovery, not until the kill:
+    a task starting in between, beside another, is one too many; one starting after the
+    recovery is not."""
+    killed = [ev("start", "a", 1, 100, 10.0)] + ran("a", attempt=2, pid=200, at=20.0)
+    tasks = {"a": "limited", "b": "limited", "c": "limited"}
+    final = {"a": recovered(1, at=15.0), "b": complete(), "c": complete()}
+    early = killed + span("b", 101, 11.0, 17.0) + span("c", 102, 14.0, 16.0)
+    assert judged_limits(tasks, early, final) == [("limited queue", 3, 2, 14.0)]
+    late = killed + span("b", 101, 11.0, 17.0) + span("c", 102, 15.5, 16.0)
+    assert judged_limits(tasks, late, final) == []
+
+
+def test_a_run_ended_by_a_skewed_listener_is_counted_on_the_real_clock():
+    """ProcessDied is recorded by the task's listener, on its clock (20 s ahead here): made
+    real, the run ended at 12, before c started beside b."""
+    killed = [ev("start", "a", 1, 100, 10.0)] + ran("a", attempt=2, pid=200, at=20.0)
+    tasks = {"a": "limited", "b": "limited", "c": "limited"}
+    final = {"a": recovered(1, at=32.0, error_type="ProcessDied", node="skewed~b_2"),
+             "b": complete(), "c": complete()}
+    events = killed + span("b", 101, 11.0, 14.0) + span("c", 102, 13.0, 14.0)
+    assert judged_limits(tasks, events, final, skews={"skewed~b_2": 20.0}) == []
+    assert judged_limits(tasks, events, final) == [("limited queue", 3, 2, 13.0)]
+
+
+def test_a_run_cut_off_from_redis_for_longer_than_a_lease_may_stop_itself():
+    """Redis away for longer than a cut-off while a task's code waits on it (a checkpoint):
+    its process stops the task, by the lease rules, and the engine records the run as cut off
+    (or its listener lost): not cut short. Without that record, or with a shorter outage, it
+    is cut short."""
+    events = [ev("start", "a", 1, 100, 10.0)] + ran("a", attempt=2, pid=200, at=60.0)
+    cut_off = ledger.TIMINGS.cut_off
+    outage = [(12.0, 12.0 + cut_off + 6)]
+    for error_type in ("CutOff", "ListenerLost"):
+        final = {"a": recovered(1, at=12.0 + cut_off + 7, error_type=error_type)}
+        assert ledger.judge(observed({"a": "checkpoint"}, final, outages=outage),
+                            events).cut_short == []
+    final = {"a": recovered(1, at=12.0 + cut_off + 7, error_type="CutOff")}
+    assert ledger.judge(observed({"a": "checkpoint"}, final, outages=[(12.0, 14.0)]),
+                        events).cut_short == [("a", 1, 100)]
+    assert ledger.judge(observed({"a": "checkpoint"}, {"a": complete(attempts=2)},
+                                 outages=outage), events).cut_short == [("a", 1, 100)]
+
+
+def test_a_task_of_a_limited_queue_is_not_held_to_the_recovery_bound_but_must_recover():
+    """Its next start also waits for a slot of its queue; it must still start again."""
+    events = [ev("start", "a", 1, 100, 10.0)] + ran("a", attempt=2, pid=200, at=90.0)
+    limits = {"limited": {"max_running": 2, "max_running_per_key": None}}
+    verdict = ledger.judge(observed({"a": "limited"}, {"a": complete(2)}, killed={"a": {100}},
+                                    displaced=[(12.0, "a")], limits=limits), events)
+    assert verdict.longest_recovery == 0.0 and verdict.recoveries == []
+    assert verdict.limited_recoveries == [(pytest.approx(78.0), "a")]
+    stuck = ledger.judge(observed({"a": "limited"}, {"a": {"status": "started"}},
+                                  killed={"a": {100}}, displaced=[(12.0, "a")], limits=limits),
+                         [ev("start", "a", 1, 100, 10.0)])
+    assert stuck.never_recovered == ["a"]

@@ -3,7 +3,8 @@
 -- list's length and its newest id (the head): bulk_step works from the tail, the oldest end,
 -- and stops at that id, so tasks that arrive meanwhile (pushed at the head) are never touched.
 -- KEYS[1] job hash, KEYS[2] the list, KEYS[3] set of running jobs, KEYS[4] the prioritized
--- set (a cancel walks it too: its tasks count in the total)
+-- set (a cancel walks it too: its tasks count in the total), KEYS[5] the held set (Keys.held:
+-- a cancel first puts the tasks held for their concurrency key back at the list's oldest end)
 -- ARGV[1] action ('retry', 'delete' or 'cancel'), ARGV[2] queue, ARGV[3] state,
 -- ARGV[4] who asked, ARGV[5] now, ARGV[6] seconds to keep the job's record once it ended,
 -- ARGV[7] the job's id, ARGV[8] '1' to retry cancelled tasks too (else bulk_step leaves them)
@@ -17,6 +18,12 @@ if redis.call('HGET', KEYS[1], 'status') == 'running' then
   return 0
 end
 redis.call('DEL', KEYS[1])
+if ARGV[1] == 'cancel' and usable(KEYS[5], 'zset') then
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+    redis.call('RPUSH', KEYS[2], string.match(member, ' (%S+)$'))
+  end
+  redis.call('DEL', KEYS[5])
+end
 local total = redis.call('LLEN', KEYS[2])
 if ARGV[1] == 'cancel' and usable(KEYS[4], 'zset') then
   total = total + redis.call('ZCARD', KEYS[4])

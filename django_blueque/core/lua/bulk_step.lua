@@ -18,10 +18,13 @@
 -- queue's failed-by-type index (error types set, per-type key prefix), KEYS[9] failed list,
 -- KEYS[10] unique hash
 -- ARGV[1] task key prefix, ARGV[2] now, ARGV[3] most ids to take, ARGV[4] seconds to keep the
--- job's record once it ended, ARGV[5] the job's id
+-- job's record once it ended, ARGV[5] the job's id, ARGV[7] Keys.dependency_templates: a
+-- cancelled task cancels the tasks waiting for it, and a retried task that still has
+-- dependencies to wait for goes back to waiting, not to its queue (depends.lib)
 -- Returns {status, processed, total, affected}; status is false when there is no such job.
 --#include common.lib
 --#include admin.lib
+--#include depends.lib
 expect(KEYS[1], 'hash')
 expect(KEYS[2], 'list')
 expect(KEYS[3], 'list')
@@ -41,6 +44,7 @@ local guard_time = redis.call('HGET', prefix .. marker, 'status') ~= state
 local done, phase, after = false, job[10] or 'list', job[11]
 local batch = tonumber(ARGV[3])
 local cancelled = {KEYS[9], KEYS[10], KEYS[8]}
+local K = dependency_keys(ARGV[7])
 if action == 'cancel' then
   expect(KEYS[9], 'list')
 end
@@ -95,15 +99,22 @@ for _ = 1, (phase == 'list') and batch or 0 do
       unindex_failure(KEYS[8], ARGV[6], fields[4], id)
     end
     if action == 'delete' then
-      redis.call('DEL', task)
+      redis.call('DEL', task, K.dependents(id))
     elseif action == 'cancel' then
       fail_cancelled(task, id, now, cancelled, ARGV[6])
+      settle_dependents(K, id, false, now)
     else
       redis.call('HSET', task, 'status', 'pending', 'updated', now, 'last_error', fields[3] or '')
       redis.call('HDEL', task, 'error', 'error_type', 'traceback', 'finished', 'expires', 'node',
-                 'pid')
-      make_pending({KEYS[3], KEYS[5], KEYS[6], KEYS[7]}, id, redis.call('HGET', task, 'priority'),
-                   false)
+                 'pid', 'blocked_by')
+      local waiting_index = K.waiting_tasks(redis.call('HGET', task, 'queue') or '')
+      if number(redis.call('HGET', task, 'waiting_for'), 0) > 0 and usable(waiting_index, 'zset') then
+        redis.call('HSET', task, 'status', 'waiting')
+        redis.call('ZADD', waiting_index, tonumber(now), id)
+      else
+        make_pending({KEYS[3], KEYS[5], KEYS[6], KEYS[7]}, id, redis.call('HGET', task, 'priority'),
+                     false)
+      end
     end
   end
   if id == marker then
@@ -129,6 +140,7 @@ if action == 'cancel' and (done or phase == 'set') and usable(KEYS[5], 'zset') t
       if fields[1] == 'pending' then
         affected = affected + 1
         fail_cancelled(task, id, now, cancelled, ARGV[6])
+        settle_dependents(K, id, false, now)
       end
     end
   end

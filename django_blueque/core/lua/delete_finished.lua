@@ -4,6 +4,7 @@
 -- the bulk "delete all" job reaches it without stalling Redis.
 -- KEYS[1] task, KEYS[2] complete list, KEYS[3] failed list, KEYS[4] and ARGV[3] the queue's
 -- failed-by-type index (error types set, per-type key prefix)
+-- KEYS[5] the task's dependents set (deleted with it)
 -- ARGV[1] id, ARGV[2] window
 -- Returns 1 (deleted), 0 (not finished) or -1 (too deep in its list).
 --#include common.lib
@@ -23,5 +24,5 @@ end
 if status == 'failed' then
   unindex_failure(KEYS[4], ARGV[3], error_type, ARGV[1])
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[5])
 return 1

@@ -7,7 +7,8 @@
 -- KEYS[1] complete or failed list, KEYS[2] expiring index, KEYS[3] and ARGV[6] the queue's
 -- failed-by-type index (error types set, per-type key prefix; ARGV[6] '' for the complete list)
 -- ARGV[1] task key prefix, ARGV[2] index member ('<status> <queue>'), ARGV[3] default
--- retention (s) or '', ARGV[4] window, ARGV[5] '1' for a dry run (count only)
+-- retention (s) or '', ARGV[4] window, ARGV[5] '1' for a dry run (count only), ARGV[7] the
+-- dependents key prefix (a deleted task's dependents set goes with it)
 -- Returns the number of tasks deleted (or, dry, that would be).
 --#include common.lib
 if not usable(KEYS[1], 'list') then
@@ -46,7 +47,7 @@ for i, id in ipairs(ids) do
       if ARGV[6] ~= '' and error_type then
         unindex_failure(KEYS[3], ARGV[6], error_type, id)
       end
-      redis.call('DEL', ARGV[1] .. id)
+      redis.call('DEL', ARGV[1] .. id, ARGV[7] .. id)
     end
   else
     table.insert(kept, id)

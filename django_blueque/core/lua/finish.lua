@@ -18,17 +18,35 @@
 -- task's process may have taken its lapsed lease again since the reaper looked; see
 -- renew_lease), ARGV[12] default retries or '', ARGV[13] default backoff (s) or '',
 -- ARGV[16] queue, ARGV[17] the error's code or '', ARGV[18] most entries the errors list
--- keeps (each failure, retried or not, appends one: see record_error); KEYS[16] unique hash (a
+-- keeps (each failure, retried or not, appends one: see record_error); KEYS[18] the task's
+-- dependents set (Keys.dependents); KEYS[16] unique hash (a
 -- unique task's key is freed when it ends for good), KEYS[17] and ARGV[19] the queue's
 -- failed-by-type index (error types set, per-type key prefix); KEYS[10] due index, KEYS[11] lease index, KEYS[12] expiring index (each kept
 -- when usable; KEYS[9], ARGV[14] and ARGV[15]: the throughput counter at the end)
--- Returns 'complete', 'failed', 'retry', 'requeued' or 'stale' (nothing changed).
+-- ARGV[20] the caller's id for this end, the same on each try, or '': an end recorded under
+-- it (field ended_by: '<id> <outcome>'), whose reply was lost, is answered again, not 'stale'.
+-- ARGV[21] Keys.dependency_templates: an end for good settles the task's dependents
+-- (depends.lib), a success counting down, a failure cancelling them
+-- KEYS[19..23] Keys.admission's: the run's end frees its slot (admission.lib's free_slot)
+-- ARGV[22], ARGV[23]: the run's peak memory (bytes) and CPU seconds, or '': appended to the
+-- task's `usage` (a JSON list, newest last, garbage there replaced) when the run holding the
+-- lease ends
+-- Returns 'complete', 'failed', 'retry', 'requeued' or 'stale' (nothing changed); 'complete
+-- settling' or 'failed settling' when dependents are left to settle.lua.
 --#include common.lib
+--#include admin.lib
+--#include depends.lib
+--#include admission.lib
 if ARGV[5] == 'failed' then
   here({ARGV[19] .. ARGV[7]})
 end
 local status = status_of(KEYS[1])
 if status ~= 'started' and status ~= 'reserved' then
+  local end_id = ARGV[20] or ''
+  local ended = status and end_id ~= '' and redis.call('HGET', KEYS[1], 'ended_by')
+  if ended and string.sub(ended, 1, #end_id + 1) == end_id .. ' ' then
+    return string.sub(ended, #end_id + 2)
+  end
   return 'stale'
 end
 local state = redis.call('HMGET', KEYS[1], 'lease', 'attempts', 'retries', 'backoff', 'retention',
@@ -44,11 +62,37 @@ if not (usable(KEYS[2], 'list') and usable(KEYS[3], 'set') and usable(KEYS[5], '
         and usable(KEYS[6], 'list') and usable(KEYS[7], 'zset') and usable(KEYS[8], 'list')) then
   return redis.error_reply('cannot finish ' .. ARGV[1] .. ': a key of its queue holds the wrong type')
 end
+-- Append a run's resources to the task's usage, keeping the last `kept`.
+local function append_usage(task_key, peak_memory, cpu, time, kept)
+  local ok, runs = pcall(cjson.decode, redis.call('HGET', task_key, 'usage') or '[]')
+  if not ok or type(runs) ~= 'table' or (next(runs) ~= nil and #runs == 0) then
+    runs = {}
+  end
+  table.insert(runs, {attempt = number(redis.call('HGET', task_key, 'attempts'), 1),
+                      peak_memory = tonumber(peak_memory), cpu = tonumber(cpu),
+                      time = tonumber(time)})
+  while #runs > tonumber(kept) do
+    table.remove(runs, 1)
+  end
+  redis.call('HSET', task_key, 'usage', cjson.encode(runs))
+end
+
 local id, now, outcome = ARGV[1], ARGV[4], ARGV[5]
+if (ARGV[22] or '') ~= '' and status == 'started' and state[1] == ARGV[2] then
+  append_usage(KEYS[1], ARGV[22], ARGV[23], ARGV[4], ARGV[18])
+end
+local function ended(result)
+  if (ARGV[20] or '') ~= '' then
+    redis.call('HSET', KEYS[1], 'ended_by', ARGV[20] .. ' ' .. result)
+  end
+  return result
+end
 local attempts = number(state[2], 0)
 redis.call('LREM', KEYS[2], 1, id)
 redis.call('SREM', KEYS[3], ARGV[3])
 redis.call('DEL', KEYS[4])
+free_slot({KEYS[19], KEYS[20], KEYS[21], KEYS[22], KEYS[23]}, KEYS[1], id,
+          dependency_keys(ARGV[21]).task, waiting)
 local function index(key, ...)
   if usable(key, 'zset') then
     redis.call(...)
@@ -112,7 +156,7 @@ else
       redis.call('HSET', KEYS[1], 'status', 'pending')
       make_pending(waiting, id, state[6], true)
     end
-    return 'retry'
+    return ended('retry')
   end
   redis.call('HSET', KEYS[1], 'status', 'failed', 'error', ARGV[6], 'error_type', ARGV[7],
              'traceback', ARGV[8], 'updated', now, 'finished', now)
@@ -135,7 +179,12 @@ if KEYS[9] then
 end
 if outcome == 'complete' then
   redis.call('LPUSH', KEYS[5], id)
-  return 'complete'
+else
+  redis.call('LPUSH', KEYS[6], id)
 end
-redis.call('LPUSH', KEYS[6], id)
-return 'failed'
+local result = ended(outcome)
+if redis.call('EXISTS', KEYS[18]) == 1
+    and settle_dependents(dependency_keys(ARGV[21]), id, outcome == 'complete', now) then
+  return result .. ' settling'
+end
+return result

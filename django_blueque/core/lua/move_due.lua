@@ -23,13 +23,21 @@ local moved = {}
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local task = ARGV[2] .. id
-  if status_of(task) == 'scheduled' then
+  local status = status_of(task)
+  if status == 'scheduled' then
     -- a retry (a task that ran: attempts) goes first, as one without backoff does; a task its
     -- producer scheduled joins the line
     local fields = redis.call('HMGET', task, 'priority', 'attempts')
     make_pending({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, fields[1],
                  (tonumber(fields[2]) or 0) > 0)
     redis.call('HSET', task, 'status', 'pending', 'updated', ARGV[1])
+    table.insert(moved, id)
+  elseif (not status or status == 'pending')
+      and redis.call('HEXISTS', task, 'unwritten_since') == 1 then
+    -- an id that waits for its hash (reserve.lib's wait_for_hash): back first in its queue,
+    -- where the next take looks at it again
+    make_pending({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, redis.call('HGET', task, 'priority'),
+                 true)
     table.insert(moved, id)
   end
 end

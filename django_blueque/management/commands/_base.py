@@ -8,11 +8,11 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from django_blueque.conf import get_client, get_settings
+from django_blueque.conf import get_client, get_settings, redis_in_use, using_default_redis
+from django_blueque.logs import FORMATTERS
 from django_blueque.services import run_loop
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class BluequeCommand(BaseCommand):
@@ -21,6 +21,10 @@ class BluequeCommand(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, type=str.upper,
                             help="Level of the django_blueque loggers on stderr (default INFO).")
+        parser.add_argument("--log-format", default="text", choices=sorted(FORMATTERS),
+                            help="Lines on stderr: text (default) or json, one JSON object per "
+                                 "line; both name the task a record comes from. Used when the "
+                                 "project's LOGGING does not handle these records.")
 
     def execute(self, *args, **options):
         try:
@@ -30,17 +34,30 @@ class BluequeCommand(BaseCommand):
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise CommandError(f"Redis does not answer: {exc}") from None
 
-    def setup_logging(self, level):
-        """Send django_blueque's loggers to stderr unless the project's LOGGING handles them."""
+    def setup_logging(self, options):
+        """Unless the project's LOGGING handles them, send log records to stderr in the
+        --log-format: django_blueque's from --log-level, the others (a task's own) from the
+        root logger's level."""
         log = logging.getLogger("django_blueque")
-        log.setLevel(level)
-        if not log.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(self.stderr._out)
-            handler.setFormatter(logging.Formatter(LOG_FORMAT))
-            log.addHandler(handler)
-            log.propagate = False
+        log.setLevel(options["log_level"])
+        root = logging.getLogger()
+        if log.handlers or root.handlers:
+            if options["log_format"] != "text":
+                self.stderr.write(f"--log-format {options['log_format']} is not used: the "
+                                  "project's LOGGING handles log records (its formatters "
+                                  "apply; see django_blueque.logs.JSONFormatter).")
+            return
+        handler = logging.StreamHandler(self.stderr._out)
+        handler.setFormatter(FORMATTERS[options["log_format"]]())
+        root.addHandler(handler)
 
     def ping(self):
+        """The first log line names the Redis this process uses (a warning when it is the
+        default one, often a server other programs share); then one PING."""
+        command = type(self).__module__.rpartition(".")[2]
+        logging.getLogger("django_blueque.commands").log(
+            logging.WARNING if using_default_redis() else logging.INFO, "%s uses Redis %s",
+            command, redis_in_use())
         get_client().redis.ping()
 
 

@@ -1,5 +1,6 @@
 import ctypes
 import functools
+import logging
 import os
 import signal
 import subprocess
@@ -14,6 +15,8 @@ from django_blueque.registry import registered_tasks
 from django_blueque.services import build_listener
 
 from ._base import BluequeCommand
+
+logger = logging.getLogger("django_blueque.listener")  # in --log-format, as the listener's
 
 
 class Command(BluequeCommand):
@@ -41,7 +44,7 @@ class Command(BluequeCommand):
                             help="Do not restart on code changes.")
 
     def handle(self, **options):
-        self.setup_logging(options["log_level"])
+        self.setup_logging(options)
         tasks = registered_tasks()
         if not tasks:
             raise CommandError("no @blueque_task is registered: define tasks in an installed "
@@ -91,7 +94,7 @@ class Command(BluequeCommand):
         reloader = autoreload.StatReloader()
         signals = SignalCounter(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         now = f"kill -HUP {os.getpid()}"
-        self.stderr.write(
+        logger.info(
             "Autoreload is on (the default when DEBUG; --noreload turns it off). On a code "
             "change the listener takes no new task and restarts once its running tasks end, "
             "which takes as long as they do. To restart at once (running tasks finish in "
@@ -110,21 +113,21 @@ class Command(BluequeCommand):
                 if forwarded:
                     continue
                 if signals.take(signal.SIGHUP) and restart != "now":
-                    self.stderr.write("SIGHUP: restarting the listener now.")
+                    logger.info("SIGHUP: restarting the listener now.")
                     restart = "now"
                 if restart == "now":  # until it goes: a SIGTERM after the first is at once
                     child.send_signal(signal.SIGTERM)
                 elif restart is None:
                     changed = changed_file(files, dict(reloader.snapshot_files()))
                     if changed:
-                        self.stderr.write(
+                        logger.info(
                             f"{changed} changed: the listener restarts once its running tasks "
                             f"end (it takes no new task meanwhile). To restart now: {now}")
                         restart = "graceful"
                         child.send_signal(signal.SIGTERM)
             if forwarded or restart is None:
                 return child.returncode
-            self.stderr.write("Restarting the listener.")
+            logger.info("Restarting the listener.")
 
 
 def changed_file(before, after):

@@ -15,9 +15,10 @@ class Command(LoopCommand):
                             help="Print what would be done and change nothing (implies --once).")
 
     def handle(self, **options):
-        self.setup_logging(options["log_level"])
+        self.setup_logging(options)
         interval = self.interval(options)
         if options["once"] or options["dry_run"]:
+            self.ping()
             self.report(reap_once(dry_run=options["dry_run"]))  # waits until decided
             return
         self.loop(ReaperLoop(self.report), interval)

@@ -10,9 +10,10 @@ class Command(LoopCommand):
     interval_setting = "scheduler_interval"
 
     def handle(self, **options):
-        self.setup_logging(options["log_level"])
+        self.setup_logging(options)
         interval = self.interval(options)
         if options["once"]:
+            self.ping()
             moved = schedule_once()
             self.stdout.write(f"moved {sum(map(len, moved.values()))} due task(s)")
             return

@@ -3,7 +3,7 @@ import time
 
 from django.core.management.base import CommandError
 
-from django_blueque.conf import get_client
+from django_blueque.conf import get_client, redis_in_use
 from django_blueque.core.values import finite_number
 from django_blueque.queries import QUEUES_PER_PAGE, Reader
 from django_blueque.rows import STATES
@@ -101,11 +101,15 @@ class Command(BluequeCommand):
                 "message": task.progress_message} for listener, task in running]
             self.stdout.write(json.dumps(data, allow_nan=False, default=str))
             return
+        self.stdout.write(f"Redis: {redis_in_use()}")
         self.stdout.write(table(
             ["QUEUE", *[state.upper() for state in STATES], "OLDEST PENDING", "TASK"],
             [[queue.name, *[queue.counts[state] for state in STATES],
               age(queue.oldest_pending_age), queue.task or "(none registered)"]
              for queue in overview.queues]))
+        for queue in overview.unserved:
+            self.stdout.write(printable(f"warning: {queue.name} has {queue.counts['pending']} "
+                                        f"pending task(s) and no live listener: {fix(queue)}"))
         if overview.pages > 1:
             self.stdout.write(f"(page {overview.page} of {overview.pages}: {overview.total} "
                               f"queues; --page N for another)")
@@ -118,6 +122,13 @@ class Command(BluequeCommand):
         self.stdout.write(table(
             ["TASK", "QUEUE", "LISTENER", "RUNNING FOR", "PROGRESS"],
             [running_row(reader.now, listener, task) for listener, task in running]))
+
+
+def fix(queue):
+    if queue.task:
+        return "start manage.py bq_listen"
+    return ("no task is registered for it here: define it in an installed app's tasks.py "
+            "(other modules are not imported), then start manage.py bq_listen")
 
 
 def running_row(now, listener, task):

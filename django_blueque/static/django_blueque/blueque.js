@@ -1,5 +1,5 @@
 "use strict";
-// The Blueque admin pages: live data, throughput charts, bulk jobs, selecting a page's rows.
+// The Blueque admin pages: live data (charts included), bulk jobs, selecting a page's rows.
 (function () {
   function field(root, name) {
     return root.querySelector('[data-bq-field="' + name + '"]');
@@ -11,58 +11,6 @@
       element.textContent = text;
     }
   }
-
-  // Throughput charts: per minute of the last hour, complete (bottom) and failed (on top)
-  // stacked, scaled to the busiest minute of the chart.
-  const SVG = "http://www.w3.org/2000/svg";
-  const chartLabel = document.querySelector("[data-bq-chart-label]");
-
-  function drawChart(svg, series) {
-    const height = 40;
-    const bar = 180 / series.length;
-    const most = Math.max(1, ...series.map(function (minute) { return minute[1] + minute[2]; }));
-    const format = chartLabel ? chartLabel.dataset.bqChartLabel : "%(time)s";
-    const bars = [];
-    series.forEach(function (minute, index) {
-      const group = document.createElementNS(SVG, "g");
-      const title = document.createElementNS(SVG, "title");
-      const time = new Date(minute[0] * 1000).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"});
-      title.textContent = format.replace("%(time)s", time).replace("%(complete)s", minute[1])
-        .replace("%(failed)s", minute[2]);
-      group.appendChild(title);
-      let top = height;
-      [[minute[1], "blueque-bar-complete"], [minute[2], "blueque-bar-failed"]].forEach(function (part) {
-        const size = part[0] / most * (height - 1);
-        const rect = document.createElementNS(SVG, "rect");
-        top -= size;
-        rect.setAttribute("x", (index * bar).toFixed(2));
-        rect.setAttribute("y", top.toFixed(2));
-        rect.setAttribute("width", Math.max(bar - 0.6, 0.5).toFixed(2));
-        rect.setAttribute("height", size.toFixed(2));
-        rect.setAttribute("class", part[1]);
-        group.appendChild(rect);
-      });
-      // the whole column answers the pointer, not only its bars
-      const hit = document.createElementNS(SVG, "rect");
-      hit.setAttribute("x", (index * bar).toFixed(2));
-      hit.setAttribute("width", bar.toFixed(2));
-      hit.setAttribute("height", height);
-      hit.setAttribute("class", "blueque-bar-hit");
-      group.appendChild(hit);
-      bars.push(group);
-    });
-    const base = document.createElementNS(SVG, "line");
-    base.setAttribute("x1", 0);
-    base.setAttribute("x2", 180);
-    base.setAttribute("y1", height - 0.5);
-    base.setAttribute("y2", height - 0.5);
-    base.setAttribute("class", "blueque-axis");
-    svg.replaceChildren(base, ...bars);
-  }
-
-  document.querySelectorAll("svg[data-bq-series]").forEach(function (svg) {
-    drawChart(svg, JSON.parse(svg.dataset.bqSeries));
-  });
 
   // Live pages: every few seconds one small JSON request (the page's URL with live=1, see
   // views/live.py) refreshes the texts marked data-bq-live, the progress bars and the charts;
@@ -98,10 +46,11 @@
           }
         });
       });
-      const series = data.series || {};
-      root.querySelectorAll("svg[data-bq-chart]").forEach(function (svg) {
-        if (series[svg.dataset.bqChart]) {
-          drawChart(svg, series[svg.dataset.bqChart]);
+      // the charts, drawn by the server (charts.py): each one's SVG replaced whole
+      const charts = data.charts || {};
+      root.querySelectorAll("[data-bq-chart]").forEach(function (box) {
+        if (charts[box.dataset.bqChart]) {
+          box.innerHTML = charts[box.dataset.bqChart];
         }
       });
     };

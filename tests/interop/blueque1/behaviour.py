@@ -235,6 +235,7 @@ class BlueQueBehaviour(TestCase):
         timer.start()
         try:
             task = listener.listen()
+            timer.join(10)  # its enqueue() may not have returned yet when the listener has it
         finally:
             timer.cancel()
         self.assertEqual(enqueued, [task.id])
