@@ -19,8 +19,11 @@ the process stops at once, so a run is never completed twice. When nobody could 
 lease for ``Timings.cut_off`` seconds (this process and its listener both cut off from Redis,
 or the listener gone and this process cut off), the reaper may be recovering the task: the
 keeper makes ``should_stop()`` true, and ends the process ``kill_grace`` seconds later with
-CUT_OFF_EXIT. Time during which Redis answered, even with a refusal (LOADING, a refused
-connection: Redis restarting, which stops the reaper too), counts as heard from.
+CUT_OFF_EXIT (not sooner: Redis itself stopped for everyone looks the same from here, and
+then nobody recovers anything). Silence is counted from when the last confirmed renewal was
+*sent* (Redis set the lease's expiry no sooner). Time during which Redis answered, even with
+a refusal (LOADING, a refused connection: Redis restarting, which stops the reaper too),
+counts as heard from.
 """
 
 from __future__ import annotations
@@ -87,7 +90,8 @@ class LeaseKeeper(threading.Thread):
 
     def __init__(self, running: RunningTask, *, parents: tuple[int, ...] = (),
                  own_process: bool = False, beacon: Beacon | None = None,
-                 timings: Timings = DEFAULT, kill_grace: float = 10.0) -> None:
+                 timings: Timings = DEFAULT, kill_grace: float = 10.0,
+                 renewed_at: float | None = None) -> None:
         super().__init__(name="blueque-lease", daemon=True)
         self.running = running
         self.parents = parents
@@ -96,7 +100,9 @@ class LeaseKeeper(threading.Thread):
         self.timings = timings
         self.kill_grace = kill_grace
         self.began = time.monotonic()
-        self.heard = self.began  # the last time the lease was confirmed (or Redis heard)
+        # when the last confirmed renewal was sent, or Redis heard refusing (monotonic);
+        # ``renewed_at``: when the lease was set (its take), if known
+        self.heard = self.began if renewed_at is None else renewed_at
 
     def run(self) -> None:
         try:
@@ -108,10 +114,13 @@ class LeaseKeeper(threading.Thread):
         running, timings = self.running, self.timings
         if running.finished.wait(CONNECT_AFTER):
             return
+        if self.own_process:
+            threading.Thread(target=self._watch, name="blueque-cut-off", daemon=True).start()
         self._connect()
         outage = Outage(logger, f"task {running.id}: lease", first_pause=timings.retry)
         pause = timings.renew_every
         while not running.finished.wait(pause):
+            sent = time.monotonic()
             try:
                 held, cancel = running.protocol.renew_lease(running.id, running.token,
                                                             timings.lease)
@@ -122,7 +131,7 @@ class LeaseKeeper(threading.Thread):
                     self.heard = time.monotonic()
             else:
                 outage.recovered()
-                self.heard, pause = time.monotonic(), timings.renew_every
+                self.heard, pause = max(self.heard, sent), timings.renew_every
             if not held:
                 if not running.ending.is_set():  # else: the end's next try says what it became
                     self._lost()
@@ -134,10 +143,6 @@ class LeaseKeeper(threading.Thread):
                     os.kill(os.getpid(), signal.SIGTERM)
             if orphan:
                 self._enforce_timeout()
-            elif self.beacon is not None:
-                self.heard = max(self.heard, self.beacon.last())
-            if self.own_process and self._cut_off():
-                return
 
     def _connect(self) -> None:
         """Connect while the task's code runs (a forked process inherits no connection), so
@@ -157,22 +162,30 @@ class LeaseKeeper(threading.Thread):
                 os.killpg(os.getpid(), signal.SIGKILL)  # its subprocesses too
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def _cut_off(self) -> bool:
-        """Nobody confirmed the lease for cut_off seconds: should_stop() turns true, and the
-        process ends kill_grace seconds later unless its end is recorded meanwhile."""
-        silent = time.monotonic() - self.heard
-        running = self.running
-        if silent < self.timings.cut_off or running.ending.is_set():
-            return False  # (its code is done: nothing to stop, and its result is kept)
-        if not running.cut_off.is_set():
-            running.cut_off.set()
-            logger.error("task %s: nobody could renew its lease for %.0f s (this process and "
-                         "its listener cannot reach Redis): stopping the task, the reaper may "
-                         "give it to another process", running.id, silent)
-        if silent < self.timings.cut_off + self.kill_grace:
-            return False
-        if running.finished.is_set():
-            return True
+    def silence(self) -> float:
+        """Seconds since anyone last confirmed the lease: this process, or its listener (the
+        beacon: its last renewal of all its children's leases)."""
+        last = self.heard if self.beacon is None else max(self.heard, self.beacon.last())
+        return time.monotonic() - last
+
+    def _watch(self) -> None:
+        """Nobody confirmed the lease for cut_off seconds: should_stop() turns true; kill_grace
+        seconds more: the process ends, unless its code is done (its end is being recorded:
+        nothing to stop, and its result is kept). A thread of its own, so that a renewal
+        waiting for its socket's timeout does not make it late."""
+        running, cut_off = self.running, self.timings.cut_off
+        ends_at = cut_off + self.kill_grace
+        while True:
+            silent = self.silence()
+            if silent >= ends_at:
+                break
+            if silent >= cut_off and not running.cut_off.is_set():
+                running.cut_off.set()
+                logger.error("task %s: nobody could renew its lease for %.0f s (this process "
+                             "and its listener cannot reach Redis): stopping the task, the "
+                             "reaper may give it to another process", running.id, silent)
+            if running.ending.wait((cut_off if silent < cut_off else ends_at) - silent):
+                return
         logger.error("task %s: ending its process, cut off from Redis for %.0f s", running.id,
                      silent)
         logging.shutdown()

@@ -85,9 +85,10 @@ class TaskProcess:
             if line:
                 queue, token, task_id, fields, taken_at = handed_task(line)
                 task = Task(task_id, fields)
-                if self._still_ours(queue, task, token, taken_at):
+                renewed_at = self._lease_confirmed(queue, task, token, taken_at)
+                if renewed_at is not None:
                     with self.around_task(queue, task, self.listener_id):
-                        code = self._run(queue, task, token, listener)
+                        code = self._run(queue, task, token, listener, renewed_at)
         except StopRequested:
             code = 128 + signal.SIGTERM
         except BaseException:
@@ -99,16 +100,19 @@ class TaskProcess:
             sys.stderr.flush()
             os._exit(code)
 
-    def _still_ours(self, queue: str, task: Task, token: str, taken_at: float) -> bool:
-        """A task handed over late (its listener was stopped between the take and the
-        hand-over) may have been recovered and given to another process meanwhile: its token
-        is confirmed with Redis before its code starts, waiting while Redis is away."""
+    def _lease_confirmed(self, queue: str, task: Task, token: str, taken_at: float
+                         ) -> float | None:
+        """When the task's lease was last set (monotonic), or None if it is no longer ours. A
+        task handed over late (its listener was stopped between the take and the hand-over)
+        may have been recovered and given to another process meanwhile: its token is
+        confirmed with Redis before its code starts, waiting while Redis is away."""
         late = time.monotonic() - taken_at
         timings = self.protocol.timings
         if late < timings.handover:
-            return True
+            return taken_at
         outage = Outage(logger, f"task {task.id}: confirming a late hand-over")
         while True:
+            sent = time.monotonic()
             try:
                 held, _ = self.protocol.renew_lease(
                     task.id, token, timings.for_queue(self.policy(queue)).lease)
@@ -118,16 +122,17 @@ class TaskProcess:
         if not held:
             logger.warning("task %s: handed over %.1f s after it was taken, and taken from "
                            "this process meanwhile: not run here", task.id, late)
-        return held
+        return sent if held else None
 
-    def _run(self, queue: str, task: Task, token: str, listener: int) -> int:
+    def _run(self, queue: str, task: Task, token: str, listener: int, renewed_at: float
+             ) -> int:
         policy = self.policy(queue)
         timeout = positive_seconds(task.fields.get("timeout")) or policy.get("timeout")
         running = RunningTask(self.protocol, task, token, timeout, queue)
         set_current_task(running)
         LeaseKeeper(running, parents=(listener,), own_process=True, beacon=self.beacon,
                     timings=self.protocol.timings.for_queue(policy),
-                    kill_grace=self.kill_grace).start()
+                    kill_grace=self.kill_grace, renewed_at=renewed_at).start()
         code = ""  # the exception's code attribute, for the error history
         try:
             with limited(policy):  # its memory and CPU limits (limits.py)
