@@ -11,8 +11,8 @@ import threading
 
 class HoldingProxy:
     """Forwards 127.0.0.1:<port> to Redis on ``target_port``. ``hold_all()``: every
-    connection is held, open or to come, except those of the process ``spared`` (a pid) if
-    given; ``heal()``: none."""
+    connection is held, open or to come, except those of the processes ``spared`` (a pid or
+    a list of pids) if given; ``heal()``: none."""
 
     def __init__(self, target_port):
         self.target_port = target_port
@@ -20,7 +20,7 @@ class HoldingProxy:
         self.port = self.listener.getsockname()[1]
         self._lock = threading.Lock()
         self._held_new = False
-        self._spared = None
+        self._spared = []
         self._pairs = []  # [client socket, server socket, held Event]
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -29,13 +29,16 @@ class HoldingProxy:
     def url(self):
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def hold_all(self, spared=None):
+    def hold_all(self, spared=()):
         with self._lock:
             self._held_new = True
-            self._spared = spared
+            self._spared = [spared] if isinstance(spared, int) else list(spared or ())
             for client, _, held in self._pairs:
-                if not (spared and _owns(spared, client)):
+                if not self._of_spared(client):
                     held.set()
+
+    def _of_spared(self, client):
+        return any(_owns(pid, client) for pid in self._spared)
 
     def heal(self):
         with self._lock:
@@ -68,7 +71,7 @@ class HoldingProxy:
                 continue
             held = threading.Event()
             with self._lock:
-                if self._held_new and not (self._spared and _owns(self._spared, client)):
+                if self._held_new and not self._of_spared(client):
                     held.set()
                 self._pairs.append((client, server, held))
             threading.Thread(target=self._pump, args=(client, server, held), daemon=True).start()

@@ -235,16 +235,22 @@ def _merged(windows):
 
 
 def _recovery(at, task_id, observed, starts, ends):
-    """Seconds from the fault to the task's next start, less the time Redis was away and the
-    reaper's confirmation after it (once Redis takes writes again, it watches a lapsed lease
-    afresh for CONFIRM_SECONDS, the chance a living process gets to renew: by design); None
-    if it never started again and had no run reach its end (one may end just as the fault
-    hits: then there is nothing to recover)."""
-    later = [start.at for start in starts[task_id] if start.at >= at]
-    if later:
+    """Seconds from the fault to the task given back (what the README promises within 30 s):
+    the engine's record of the end of the run the fault took (retried, or failed "listener
+    lost"), or the task's next start if sooner; how long a retried task then waits for a free
+    slot is the load's doing. Less the time Redis was away and the reaper's confirmation after
+    it (once Redis takes writes again, it watches a lapsed lease afresh for CONFIRM_SECONDS,
+    the chance a living process gets to renew: by design). None if neither happened and no
+    run reached its end (one may end just as the fault hits: then there is nothing to
+    recover)."""
+    final = observed.final.get(task_id) or {}
+    moments = [start.at for start in starts[task_id] if start.at >= at]
+    moments += [end for end in engine_ends(final, observed.skews).values() if end >= at]
+    if moments:
+        back = min(moments)
         away = _merged([(start, end + CONFIRM_SECONDS) for start, end in observed.outages])
-        return max(0.0, min(later) - at - overlap(at, min(later), away))
-    ended = ends[task_id] and (observed.final.get(task_id) or {}).get("status") in FINAL
+        return max(0.0, back - at - overlap(at, back, away))
+    ended = ends[task_id] and final.get("status") in FINAL
     return 0.0 if ended else None
 
 

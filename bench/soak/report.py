@@ -14,6 +14,8 @@ def report(args, soak, tasks, planned, verdict, released):
         "unexpected exits": len(unexpected), "never recovered": len(verdict.never_recovered),
         "not enqueued": planned - len(tasks), "harness errors": len(soak.harness_errors)}
     slow = verdict.longest_recovery > args.max_recovery
+    times = [(seconds, task_id) for seconds, task_id in verdict.recoveries if seconds is not None]
+    slowest = f" (the longest: {max(times)[1]})" if times else ""
     rows = [
         ("enqueued", verdict.enqueued, f"of {planned} planned"),
         ("completed", verdict.completed, ""),
@@ -40,8 +42,9 @@ def report(args, soak, tasks, planned, verdict, released):
         ("live listeners released", len(released),
          "must be 0: the reaper released a listener that was alive and not stopped"),
         ("longest recovery", f"{verdict.longest_recovery:.1f} s",
-         f"must be <= {args.max_recovery:g} s, over {len(verdict.recoveries)} task(s) taken "
-         "from a process (Redis outages not counted; "
+         f"must be <= {args.max_recovery:g} s: from a fault to its task given back (retried "
+         f"or failed), over {len(verdict.recoveries)} task(s) taken from a process{slowest} "
+         "(Redis outages not counted; "
          f"{len(verdict.limited_recoveries)} of limited queues, whose next start waits for "
          "their limit, not counted)"),
         ("never recovered", len(verdict.never_recovered), "must be 0"),

@@ -126,6 +126,16 @@ def test_recovery_runs_from_the_fault_to_the_next_start_less_redis_outages():
     assert verdict.longest_recovery == pytest.approx(40.0 - 12.0 - away)
 
 
+def test_recovery_ends_when_the_engine_gives_the_task_back_not_when_a_slot_frees():
+    """The CI soak of seed 252563: two tasks of a killed node retried by the reaper 25 s after
+    the kill (Redis's outage not counted), then started 5 and 10 s later, when a slot freed:
+    the recovery is the 25 s."""
+    events = [ev("start", "a", 1, 100, 10.0)] + ran("a", attempt=2, pid=200, at=47.0)
+    verdict = ledger.judge(observed({"a": "sleep"}, {"a": recovered(1, at=37.0)},
+                                    killed={"a": {100}}, displaced=[(12.0, "a")]), events)
+    assert verdict.longest_recovery == pytest.approx(25.0)
+
+
 def test_a_task_never_started_again_after_a_fault_is_never_recovered():
     events = [ev("start", "a", 1, 100, 10.0)]
     verdict = ledger.judge(observed({"a": "sleep"}, {"a": {"status": "started"}},
