@@ -78,6 +78,14 @@ def commands_received(server):
     return {"connections": connections, **received} if connections else received
 
 
+def alive(process):
+    """The pid of a process that runs; if it exited, fail with its status and output."""
+    if process.poll() is not None:
+        raise AssertionError(f"{' '.join(process.args[2:])} (pid {process.pid}) exited with "
+                             f"status {process.returncode}:\n{process.stdout.read()}")
+    return process.pid
+
+
 def remote_ports(pid):
     """The remote ports of a process's established TCP connections (from /proc)."""
     inodes = set()
@@ -262,6 +270,10 @@ def follow_a_failover(settings, setup, manage, tmp_path, fail, wait_replicas=0):
     wait_for(lambda: sum("end" in events for events in read_runs(runs).values()) >= 8,
              message="tasks to run before the failover")
     old = setup.master_port()
+    for process in listeners + others:  # up (a command that starts while Redis does not
+        # answer exits, as a supervisor expects): on a loaded machine it may not be yet
+        wait_for(lambda process=process: old in remote_ports(alive(process)), timeout=30,
+                 message=f"pid {process.pid} to start")
     new = fail()
     named = time.monotonic()
     for _ in range(20):  # written through Sentinel to the new primary
@@ -270,7 +282,7 @@ def follow_a_failover(settings, setup, manage, tmp_path, fail, wait_replicas=0):
     # every process's connections are on the new primary, none left on the old one
     for process in listeners + others:
         wait_for(lambda process=process: (lambda ports: new in ports and old not in ports)(
-            remote_ports(process.pid)), timeout=8, message=f"pid {process.pid} to follow")
+            remote_ports(alive(process))), timeout=8, message=f"pid {process.pid} to follow")
     assert time.monotonic() - named < 8
     wait_for(lambda: len(read_runs(runs)) == total and all(
         "end" in events for events in read_runs(runs).values()), timeout=60,
