@@ -77,8 +77,8 @@ class Protocol:
         self.keys = access.keys
         self.timings = access.timings
         self.workflows = WorkflowOperations(access, self.enqueue)
-        self.upkeep = UpkeepOperations(access, self.enqueue)
-        self.admin = AdminOperations(access, self.workflows.settle)
+        self.upkeep = UpkeepOperations(access, self.enqueue, self.workflows.forget_ended)
+        self.admin = AdminOperations(access, self.workflows.settle, self.workflows.forget_ended)
         self.runs = RunOperations(access)
 
     # -- producers -------------------------------------------------------------------------

@@ -4,8 +4,10 @@ batches, on a whole list (bulk jobs, see bulk.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, cast
+
+from redis.exceptions import ResponseError
 
 from . import keys as k
 from .bulk import BULK_ACTIONS
@@ -25,10 +27,12 @@ class AdminOperations:
     """The operators' operations, through ``access``; ``settle`` is the protocol's
     (WorkflowOperations.settle), which a cancel leaves its task's many dependents to."""
 
-    def __init__(self, access: RedisAccess, settle: Callable[[str], int]) -> None:
+    def __init__(self, access: RedisAccess, settle: Callable[[str], int],
+                 forget_workflows: Callable[[Iterable[str]], int]) -> None:
         self.access = access
         self.keys = access.keys
         self.settle = settle
+        self.forget_workflows = forget_workflows
 
     def window(self, key, kind, start, stop, fields, limit, task_ids=(), redis_client=None):
         """One page of tasks for a list screen in one round trip, nothing written: the ids of
@@ -98,14 +102,17 @@ class AdminOperations:
 
     def bulk_step(self, job_id, queue, state, batch, keep):
         """Run one batch of a bulk job; returns ``(status, processed, total, affected)``
-        (status None when there is no such job)."""
-        status, processed, total, affected = self.access.script("bulk_step")(
+        (status None when there is no such job). A delete takes the records of the workflows
+        whose last tasks it deleted."""
+        status, processed, total, affected, *workflows = self.access.script("bulk_step")(
             keys=[self.keys.bulk_job(job_id), self.keys.bulk_list(queue, state),
                   self.keys.pending(queue), self.keys.bulk_running(queue),
                   *self.keys.waiting(queue)[1:], self.keys.error_types(queue),
                   self.keys.failed(queue), self.keys.unique(queue)],
             args=[self.access.task_prefix, encode_time(now()), int(batch), int(keep), job_id,
                   self.keys.failed_of_type(queue, ""), self.access.dependency_templates])
+        if workflows:
+            self.forget_workflows(workflows[0])
         return status, processed, total, affected
 
     def bulk_stop(self, job_id, keep):
@@ -148,17 +155,36 @@ class AdminOperations:
 
     def delete_finished(self, queue, task_id):
         """Delete a task if it is finished: 1, 0 (not finished) or -1 (left alone: further
-        than UNLIST_WINDOW from both ends of its list)."""
-        return self.access.script("delete_finished")(
+        than UNLIST_WINDOW from both ends of its list). The record of a workflow whose last
+        task it was goes too."""
+        workflow = self._workflow_of(task_id)
+        deleted = self.access.script("delete_finished")(
             keys=[self.keys.task(task_id), self.keys.complete(queue), self.keys.failed(queue),
                   self.keys.error_types(queue), self.keys.dependents(task_id)],
             args=[task_id, UNLIST_WINDOW, self.keys.failed_of_type(queue, "")])
+        if deleted == 1 and workflow:
+            self.forget_workflows([workflow])
+        return deleted
 
     def delete(self, queue: str, task_id: str, status: str | None) -> None:
-        """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only)."""
+        """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only), as blueque
+        1.0 does; then what only this engine writes: the task's dependents set, and its
+        workflow's record if it was the last task of it."""
         if status not in k.FINISHED:
             raise ValueError(f"Cannot delete task with status {status}")
+        workflow = self._workflow_of(task_id)
         with self.access.redis.pipeline(transaction=True) as pipe:
             pipe.delete(self.keys.task(task_id))
             pipe.lrem(self.keys.finished(queue, status), 1, task_id)
             pipe.execute()
+        self.access.redis.delete(self.keys.dependents(task_id))
+        if workflow:
+            self.forget_workflows([workflow])
+
+    def _workflow_of(self, task_id: str) -> str | None:
+        """The workflow a task belongs to (its hash's ``workflow``), if it is a hash."""
+        try:
+            return cast("str | None", self.access.redis.hget(self.keys.task(task_id),
+                                                             "workflow"))
+        except ResponseError:  # WRONGTYPE: the deletion says what is wrong
+            return None

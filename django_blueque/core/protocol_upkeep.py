@@ -59,10 +59,12 @@ class UpkeepOperations:
     """The scheduler's and the reaper's operations, through ``access``; ``enqueue`` is the
     protocol's (Protocol.enqueue), which a periodic task's run goes through."""
 
-    def __init__(self, access: RedisAccess, enqueue: Callable[..., list[str]]) -> None:
+    def __init__(self, access: RedisAccess, enqueue: Callable[..., list[str]],
+                 forget_workflows: Callable[[Iterable[str]], int]) -> None:
         self.access = access
         self.keys = access.keys
         self.enqueue = enqueue
+        self.forget_workflows = forget_workflows
 
     def enqueue_periodic(self, queue, due, *, make_task):
         """WATCH periodic; GET periodic; MULTI; SET periodic <due>; (enqueue's script); EXEC:
@@ -137,14 +139,17 @@ class UpkeepOperations:
     def expire_finished(self, queue: str, status: str, default_retention: float | None = None,
                         batch: int = EXPIRY_WINDOW, dry_run: bool = False) -> int:
         """Delete (or with ``dry_run`` count) the tasks past their retention among the
-        ``batch`` oldest of a finished list (see expire_finished.lua)."""
-        return self.access.script("expire_finished")(
+        ``batch`` oldest of a finished list (see expire_finished.lua), and the records of the
+        workflows whose last tasks they were."""
+        deleted, workflows = self.access.script("expire_finished")(
             keys=[self.keys.finished(queue, status), self.keys.expiring_queues(queue),
                   self.keys.error_types(queue)],
             args=[self.access.task_prefix, f"{status} {queue}", _optional(default_retention), batch,
                   "1" if dry_run else "0",
                   self.keys.failed_of_type(queue, "") if status == k.FAILED else "",
                   self.keys.dependents("")])
+        self.forget_workflows(workflows)
+        return int(deleted)
 
     def expiring_lists(self, limit: int, dry_run: bool = False) -> list[tuple[str, str]]:
         """``[(status, queue)]`` of the expiring index whose earliest expiry has come."""

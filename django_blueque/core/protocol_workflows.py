@@ -6,7 +6,7 @@ an end leaves to do when they are too many for one script) is here too."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
@@ -67,6 +67,21 @@ class WorkflowOperations:
         its task's dependents): the reaper's step. Returns how many ends it took up."""
         return sum(self.settle(self.keys.queue_of(index))
                    for index in self.access.indexes(self.keys.settling))
+
+    def forget_ended(self, workflow_ids: Iterable[str]) -> int:
+        """Delete the records of these workflows whose tasks are all gone (deleted past their
+        retention, or by an operator): a record lives as long as any of its tasks. A record
+        that is not one is left for an operator to see. Returns how many went."""
+        forgotten = 0
+        for workflow_id in set(workflow_ids):
+            try:
+                ids = self.workflow_task_ids(workflow_id)
+            except ValueError:
+                continue
+            if ids is not None and not (ids and self.access.redis.exists(
+                    *[self.keys.task(task_id) for task_id in ids])):
+                forgotten += self.access.redis.delete(self.keys.workflow(workflow_id))
+        return forgotten
 
     def workflow_task_ids(self, workflow_id: str) -> list[str] | None:
         """The ids of a workflow's tasks, in the order they were written; None for no such

@@ -7,6 +7,7 @@ import pytest
 import redis
 
 from django_blueque.core.depends import dependency_results
+from django_blueque.core.protocol_workflows import WorkflowTask
 
 LISTENER = "host-a_101"
 
@@ -212,8 +213,8 @@ def test_a_dependency_cancelled_deep_in_its_list_cancels_its_dependents_when_tak
     assert r.zcard("blueque_waiting_tasks_q2") == 0
 
 
-def run_bulk(proto, queue, state):
-    while proto.admin.bulk_step("job", queue, state, 2, 60)[0] == "running":
+def run_bulk(proto, queue, state, job="job"):
+    while proto.admin.bulk_step(job, queue, state, 2, 60)[0] == "running":
         pass
 
 
@@ -272,10 +273,11 @@ def test_a_workflow_record_of_garbage_is_a_readable_error(client, r):
             proto.workflows.workflow_task_ids(workflow_id)
 
 
-@pytest.mark.parametrize("way", ["delete", "expire", "bulk delete"])
+@pytest.mark.parametrize("way", ["delete", "expire", "bulk delete", "1.0 delete"])
 def test_a_deleted_task_takes_its_dependents_set_with_it(client, r, way):
     """The set outlives a failed dependency's end (a retry would revive its dependents); it
-    goes when the task is deleted, by hand, by its retention or by a bulk delete."""
+    goes when the task is deleted, by hand, by its retention, by a bulk delete or by blueque
+    1.0's API (before: left behind)."""
     proto = client.protocol
     first = client.get_queue("q").enqueue("a", retention=0)
     client.get_queue("q2").enqueue("b", depends_on=[first])
@@ -285,10 +287,40 @@ def test_a_deleted_task_takes_its_dependents_set_with_it(client, r, way):
         assert proto.admin.delete_finished("q", first) == 1
     elif way == "expire":
         assert proto.upkeep.expire_finished("q", "failed") == 1
-    else:
+    elif way == "bulk delete":
         assert proto.admin.bulk_start("job", "delete", "q", "failed", "ops", 60)
         run_bulk(proto, "q", "failed")
+    else:
+        client.get_queue("q").delete_task(client.get_task(first))
     assert not r.exists(f"blueque_task_{first}", f"blueque_dependents_{first}")
+
+
+@pytest.mark.parametrize("way", ["delete", "expire", "bulk delete", "1.0 delete"])
+def test_a_workflow_record_goes_with_the_last_of_its_tasks(client, r, way):
+    """A workflow's record lives as long as any of its tasks: deleting one task leaves it,
+    deleting the last one takes it (before: kept for ever, whatever the retention)."""
+    proto = client.protocol
+    tasks = [WorkflowTask("q", json.dumps(name), {"retention": "0"}, f"t-{name}")
+             for name in ("a", "b")]
+    proto.workflows.enqueue_workflow("w1", tasks)
+    r.set("blueque_workflow_other", json.dumps({"tasks": ["t-other"], "created": 0}))
+    for task in tasks:
+        assert run(proto, "q") == task.id
+        if way == "delete":
+            assert proto.admin.delete_finished("q", task.id) == 1
+        elif way == "expire":
+            assert proto.upkeep.expire_finished("q", "complete") == 1
+        elif way == "bulk delete":
+            assert proto.admin.bulk_start(f"job-{task.id}", "delete", "q", "complete", "ops", 60)
+            run_bulk(proto, "q", "complete", f"job-{task.id}")
+        else:
+            client.get_queue("q").delete_task(client.get_task(task.id))
+        assert not r.exists(f"blueque_task_{task.id}")
+        assert r.exists("blueque_workflow_w1") == (task.id == "t-a")
+    assert r.exists("blueque_workflow_other")  # another workflow's: untouched
+    assert proto.workflows.forget_ended(["other", "nosuch"]) == 1
+    r.set("blueque_workflow_bad", "{not json")
+    assert proto.workflows.forget_ended(["bad"]) == 0 and r.exists("blueque_workflow_bad")
 
 
 def test_cancelling_a_task_with_many_dependents_cancels_them_all(client, r):

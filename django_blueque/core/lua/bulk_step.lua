@@ -56,8 +56,11 @@ local function fields_of(task)
   if redis.call('TYPE', task).ok ~= 'hash' then
     return {}
   end
-  return redis.call('HMGET', task, 'status', 'updated', 'error', 'error_type')
+  return redis.call('HMGET', task, 'status', 'updated', 'error', 'error_type', 'workflow')
 end
+-- the workflows named by the tasks a delete took: the caller deletes the records of those whose
+-- tasks are all gone
+local workflows, named = {}, {}
 for _, id in ipairs((phase == 'list' and batch > 0) and redis.call('LRANGE', KEYS[2], -batch, -1)
                     or {}) do
   local task = prefix .. id
@@ -100,6 +103,10 @@ for _ = 1, (phase == 'list') and batch or 0 do
     end
     if action == 'delete' then
       redis.call('DEL', task, K.dependents(id))
+      if fields[5] and fields[5] ~= '' and not named[fields[5]] then
+        named[fields[5]] = true
+        workflows[#workflows + 1] = fields[5]
+      end
     elseif action == 'cancel' then
       fail_cancelled(task, id, now, cancelled, ARGV[6])
       settle_dependents(K, id, false, now)
@@ -158,4 +165,4 @@ if done then
   redis.call('HSET', KEYS[1], 'finished', now)
   redis.call('EXPIRE', KEYS[1], ARGV[4])
 end
-return {status, processed, total, affected}
+return {status, processed, total, affected, workflows}

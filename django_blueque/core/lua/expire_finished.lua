@@ -9,22 +9,24 @@
 -- ARGV[1] task key prefix, ARGV[2] index member ('<status> <queue>'), ARGV[3] default
 -- retention (s) or '', ARGV[4] window, ARGV[5] '1' for a dry run (count only), ARGV[7] the
 -- dependents key prefix (a deleted task's dependents set goes with it)
--- Returns the number of tasks deleted (or, dry, that would be).
+-- Returns {the number of tasks deleted (or, dry, that would be), {the workflow ids named by
+-- the tasks deleted}}: the caller deletes the records of those whose tasks are all gone.
 --#include common.lib
 if not usable(KEYS[1], 'list') then
-  return 0
+  return {0, {}}
 end
 local now, dry, window = server_time(), ARGV[5] == '1', tonumber(ARGV[4])
 local ids = redis.call('LRANGE', KEYS[1], -window, -1)
 -- read every task first, and touch what the writes will reach (see here)
-local expiry, types, reach = {}, {}, {}
+local expiry, types, workflows, reach = {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local task = ARGV[1] .. id
   reach[#reach + 1] = task
   expiry[i] = 0  -- a missing task (or garbage in its place) goes at once
   if redis.call('TYPE', task).ok == 'hash' then
-    local fields = redis.call('HMGET', task, 'expires', 'updated', 'retention', 'error_type')
-    types[i] = fields[4]
+    local fields = redis.call('HMGET', task, 'expires', 'updated', 'retention', 'error_type',
+                              'workflow')
+    types[i], workflows[i] = fields[4], fields[5]
     expiry[i] = number(fields[1], nil)
     if not expiry[i] then
       local updated, retention = number(fields[2], nil), number(fields[3], number(ARGV[3], nil))
@@ -38,7 +40,7 @@ for i, id in ipairs(ids) do
   end
 end
 here(reach)
-local kept, deleted, earliest = {}, 0, false
+local kept, deleted, earliest, named, ended = {}, 0, false, {}, {}
 for i, id in ipairs(ids) do
   local expires, error_type = expiry[i], types[i]
   if expires and expires <= now then
@@ -48,6 +50,11 @@ for i, id in ipairs(ids) do
         unindex_failure(KEYS[3], ARGV[6], error_type, id)
       end
       redis.call('DEL', ARGV[1] .. id, ARGV[7] .. id)
+      local workflow = workflows[i]
+      if workflow and workflow ~= '' and not named[workflow] then
+        named[workflow] = true
+        ended[#ended + 1] = workflow
+      end
     end
   else
     table.insert(kept, id)
@@ -57,7 +64,7 @@ for i, id in ipairs(ids) do
   end
 end
 if dry then
-  return deleted
+  return {deleted, {}}
 end
 if deleted > 0 then
   redis.call('LTRIM', KEYS[1], 0, -(#ids + 1))
@@ -74,4 +81,4 @@ if usable(KEYS[2], 'zset') then
     redis.call('ZREM', KEYS[2], ARGV[2])
   end
 end
-return deleted
+return {deleted, ended}
