@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar, overload
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import close_old_connections, connections, transaction
+from django.db import transaction
 from django.db.models import Model
 
 from . import signals
 from .conf import get_client, get_settings
 from .core import client as engine
-from .core import current_task, tracing
+from .core import current_task
 from .core.admission import concurrency_fields
 from .core.depends import dependency_fields
 from .core.keys import valid_name
@@ -389,48 +389,3 @@ def blueque_task(func: Callable[P, R] | None = None, *,
         return task
 
     return register(func) if func is not None else register
-
-
-# -- in the listener and the task's process ---------------------------------------------------
-
-def run_task(task: engine.Task) -> object:
-    """The ForkingRunner callback: run a task with the function of the queue it was taken from,
-    with fresh database connections (never one inherited across fork)."""
-    running = current_task()
-    queue = running.queue if running else task.queue  # the engine's: where it was taken from
-    # None only for a hash without a queue outside a runner: NotRegistered, as for any other
-    registered = task_for_queue(queue)  # type: ignore[arg-type]
-    if queue != task.queue:
-        logger.warning("task %s: its hash names queue %r but it was taken from %r; running "
-                       "%s", task.id, task.queue, queue, registered.name)
-        task = engine.Task(task.id, dict(task.fields, queue=queue))
-    close_old_connections()
-    signals.task_started.send(registered, task_id=task.id,
-                              attempt=running.attempt if running else 1)
-    try:
-        return registered.run_wire(task)
-    except BaseException as exc:
-        tracing.record_failure(exc)
-        raise
-    finally:
-        connections.close_all()
-
-
-def task_ended(task: engine.Task, outcome: str, value: object, error_type: str | None
-               ) -> None:
-    """After the engine recorded a task's end: send the matching signal."""
-    registered = _registry.get(task.queue or "")  # a hash without a queue: None
-    tracing.record_outcome(outcome, value)
-    if outcome == "complete":
-        signals.task_succeeded.send(registered, task_id=task.id, result=value)
-    elif outcome == "retry":
-        running = current_task()
-        signals.task_retried.send(registered, task_id=task.id, error=value,
-                                  attempt=running.attempt if running else None)
-    elif outcome == "failed":
-        signals.task_failed.send(registered, task_id=task.id, error=value, error_type=error_type)
-
-
-def close_connections_before_fork() -> None:
-    """In the listener: a forked child must not share the parent's database sockets."""
-    connections.close_all()

@@ -14,14 +14,10 @@ from .conf import get_client, get_settings
 from .core import ForkingRunner, bulk, enqueue_due_tasks, reap
 from .core.maintenance import RECHECK_SECONDS, Reaper
 from .core.outages import Outage, is_transient
+from .listener_hooks import close_connections_before_fork, run_task, task_ended
 from .logs import install_task_context
 from .observability import observed_run
-from .registry import (
-    close_connections_before_fork,
-    registered_tasks,
-    run_task,
-    task_ended,
-)
+from .registry import registered_tasks
 
 logger = logging.getLogger("django_blueque.scheduler")
 reaper_logger = logging.getLogger("django_blueque.reaper")
