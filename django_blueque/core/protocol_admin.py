@@ -157,14 +157,13 @@ class AdminOperations:
         """Delete a task if it is finished: 1, 0 (not finished) or -1 (left alone: further
         than UNLIST_WINDOW from both ends of its list). The record of a workflow whose last
         task it was goes too."""
-        workflow = self._workflow_of(task_id)
-        deleted = self.access.script("delete_finished")(
+        deleted, workflow = self.access.script("delete_finished")(
             keys=[self.keys.task(task_id), self.keys.complete(queue), self.keys.failed(queue),
                   self.keys.error_types(queue), self.keys.dependents(task_id)],
             args=[task_id, UNLIST_WINDOW, self.keys.failed_of_type(queue, "")])
-        if deleted == 1 and workflow:
+        if workflow:
             self.forget_workflows([workflow])
-        return deleted
+        return int(deleted)
 
     def delete(self, queue: str, task_id: str, status: str | None) -> None:
         """MULTI; DEL task; LREM complete|failed 1 id; EXEC (finished tasks only), as blueque

@@ -236,16 +236,21 @@ def test_bulk_cancel_cancels_the_dependents_and_bulk_retry_sends_them_back_to_wa
     assert sorted(r.zrange("blueque_waiting_tasks_q2", 0, -1)) == sorted([after, behind])
 
 
+def many_dependents(r, proto, queue, dependency, count=250):
+    """``count`` tasks of ``queue`` waiting for ``dependency``, written in one round trip."""
+    with r.pipeline(transaction=False) as pipe:
+        for _ in range(count):
+            proto.enqueue(queue, ["b"], {"depends_on": json.dumps([dependency])}, pipe=pipe)
+        pipe.execute()
+
+
 def test_many_dependents_are_released_in_bounded_batches_even_if_the_end_was_cut_short(
         client, r, monkeypatch):
     """One script settles about 100 edges; the rest is named in the settling hash, which
     the ender works through at once, or the reaper's step (settle_left) if it died first."""
     proto = client.protocol
     first = client.get_queue("q").enqueue("a")
-    with r.pipeline(transaction=False) as pipe:
-        for _ in range(250):
-            proto.enqueue("q2", ["b"], {"depends_on": json.dumps([first])}, pipe=pipe)
-        pipe.execute()
+    many_dependents(r, proto, "q2", first)
     monkeypatch.setattr(proto.workflows, "settle", lambda queue="": 0)  # the ender dies
     assert run(proto, "q") == first
     assert 100 <= r.llen("blueque_pending_tasks_q2") < 150  # SSCAN's COUNT is a hint
@@ -255,10 +260,7 @@ def test_many_dependents_are_released_in_bounded_batches_even_if_the_end_was_cut
     assert r.llen("blueque_pending_tasks_q2") == 250 and r.zcard("blueque_waiting_tasks_q2") == 0
     assert not r.exists("blueque_settling", f"blueque_dependents_{first}")
     second = client.get_queue("q").enqueue("c")
-    with r.pipeline(transaction=False) as pipe:
-        for _ in range(250):
-            proto.enqueue("q3", ["d"], {"depends_on": json.dumps([second])}, pipe=pipe)
-        pipe.execute()
+    many_dependents(r, proto, "q3", second)
     assert run(proto, "q", outcome="failed", value="boom") == second  # the ender goes on
     assert r.llen("blueque_failed_tasks_q3") == 250 and r.zcard("blueque_waiting_tasks_q3") == 0
 
@@ -326,10 +328,7 @@ def test_a_workflow_record_goes_with_the_last_of_its_tasks(client, r, way):
 def test_cancelling_a_task_with_many_dependents_cancels_them_all(client, r):
     proto = client.protocol
     first = client.get_queue("q").enqueue("a")
-    with r.pipeline(transaction=False) as pipe:
-        for _ in range(250):
-            proto.enqueue("q2", ["b"], {"depends_on": json.dumps([first])}, pipe=pipe)
-        pipe.execute()
+    many_dependents(r, proto, "q2", first)
     assert client.cancel(first) == "cancelled"
     assert r.llen("blueque_failed_tasks_q2") == 250 and r.zcard("blueque_waiting_tasks_q2") == 0
     assert not r.exists("blueque_settling")

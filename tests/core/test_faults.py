@@ -146,55 +146,57 @@ def test_redis_stopped_longer_than_a_lease_loses_and_repeats_nothing(redis_serve
     ended_once(client, r, tasks, runner)
 
 
-@pytest.mark.slow
-def test_redis_restarted_after_a_lease_loses_and_repeats_nothing(tmp_path, tag):
-    """A restart with persistence restores lease keys with their absolute expiry: all lapsed.
-    The reaper waits while Redis's uptime is short; the processes take their leases back."""
+@pytest.fixture
+def persistent(tmp_path, tag):
+    """(server, client, r, start): a Redis of its own with an AOF, which a test may stop and
+    start again, and start(**options) for a runner on it (killed at the end)."""
     server = RedisServer(persistent=True).start()
     client = Client(server.url)
     r = redis.Redis.from_url(server.url, decode_responses=True)
-    runner = None
-    try:
-        task_id = client.get_queue("q").enqueue(job(sleep=OUTAGE + 6))
-        runner = Runner(server.url, "q", tmp_path, tag, duties=0.5, timings=SHORT)
-        wait_for(lambda: runs_of(r, task_id), 20, runner.describe)
-        server.stop()
-        time.sleep(OUTAGE)
-        server.start()
-        ended_once(client, r, [task_id], runner)
-    finally:
-        if runner is not None and runner.alive():
+    runners = []
+
+    def start(**options):
+        runners.append(Runner(server.url, "q", tmp_path, tag, **options))
+        return runners[-1]
+
+    yield server, client, r, start
+    for runner in runners:
+        if runner.alive():
             runner.popen.kill()
-        r.close()
-        client.redis.close()
-        server.close()
+    r.close()
+    client.redis.close()
+    server.close()
 
 
-def test_a_task_reporting_progress_rides_out_a_redis_restart(tmp_path, tag):
+@pytest.mark.slow
+def test_redis_restarted_after_a_lease_loses_and_repeats_nothing(persistent):
+    """A restart with persistence restores lease keys with their absolute expiry: all lapsed.
+    The reaper waits while Redis's uptime is short; the processes take their leases back."""
+    server, client, r, start = persistent
+    task_id = client.get_queue("q").enqueue(job(sleep=OUTAGE + 6))
+    runner = start(duties=0.5, timings=SHORT)
+    wait_for(lambda: runs_of(r, task_id), 20, runner.describe)
+    server.stop()
+    time.sleep(OUTAGE)
+    server.start()
+    ended_once(client, r, [task_id], runner)
+
+
+def test_a_task_reporting_progress_rides_out_a_redis_restart(persistent):
     """Progress is best-effort (issue 38): a task reporting every 0.2 s while Redis restarts
     for a second completes, its last report delivered, the outage logged once (before: the
     report raised ConnectionError into the task, which failed)."""
-    server = RedisServer(persistent=True).start()
-    client = Client(server.url)
-    r = redis.Redis.from_url(server.url, decode_responses=True)
-    runner = None
-    try:
-        task_id = client.get_queue("q").enqueue(job(progress_every=[40, 0.2]))
-        runner = Runner(server.url, "q", tmp_path, tag)
-        wait_for(lambda: client.get_task(task_id).progress, 20, runner.describe)
-        server.stop()
-        time.sleep(1)
-        server.start()
-        ended_once(client, r, [task_id], runner)
-        task = client.get_task(task_id)
-        assert (task.progress, task.progress_message) == (100.0, "40 of 40"), task.fields
-        assert runner.output().count("progress report: Redis unavailable") == 1, runner.output()
-    finally:
-        if runner is not None and runner.alive():
-            runner.popen.kill()
-        r.close()
-        client.redis.close()
-        server.close()
+    server, client, r, start = persistent
+    task_id = client.get_queue("q").enqueue(job(progress_every=[40, 0.2]))
+    runner = start()
+    wait_for(lambda: client.get_task(task_id).progress, 20, runner.describe)
+    server.stop()
+    time.sleep(1)
+    server.start()
+    ended_once(client, r, [task_id], runner)
+    task = client.get_task(task_id)
+    assert (task.progress, task.progress_message) == (100.0, "40 of 40"), task.fields
+    assert runner.output().count("progress report: Redis unavailable") == 1, runner.output()
 
 
 def test_an_id_pushed_two_seconds_before_its_hash_runs_once_with_it(client, r, start_runner):

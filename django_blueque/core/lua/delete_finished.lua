@@ -6,23 +6,24 @@
 -- failed-by-type index (error types set, per-type key prefix)
 -- KEYS[5] the task's dependents set (deleted with it)
 -- ARGV[1] id, ARGV[2] window
--- Returns 1 (deleted), 0 (not finished) or -1 (too deep in its list).
+-- Returns {1 (deleted), 0 (not finished) or -1 (too deep in its list), the task's workflow id
+-- or ''}: the caller deletes that workflow's record if its tasks are all gone.
 --#include common.lib
 --#include admin.lib
 expect(KEYS[1], 'hash')
-local status = redis.call('HGET', KEYS[1], 'status')
+local status, workflow = unpack(redis.call('HMGET', KEYS[1], 'status', 'workflow'))
 local list = (status == 'complete' and KEYS[2]) or (status == 'failed' and KEYS[3]) or nil
 if not list then
-  return 0
+  return {0, ''}
 end
 expect(list, 'list')
 local error_type = redis.call('HGET', KEYS[1], 'error_type')
 here({ARGV[3] .. (error_type or '')})
 if unlist(list, ARGV[1], tonumber(ARGV[2])) == 'deep' then
-  return -1
+  return {-1, ''}
 end
 if status == 'failed' then
   unindex_failure(KEYS[4], ARGV[3], error_type, ARGV[1])
 end
 redis.call('DEL', KEYS[1], KEYS[5])
-return 1
+return {1, workflow or ''}
