@@ -17,14 +17,13 @@ ours divided by each other system.
 import argparse
 import contextlib
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import redis
-from infra import child, ensure_venv, private_redis, run_json
-from run import HERE, SYSTEMS
+from infra import child, private_redis, run_json
+from run import HERE, SYSTEMS, python_of
 
 
 @contextlib.contextmanager
@@ -54,8 +53,7 @@ def main():
     if not (args.enqueue or args.pickup or args.drain):
         parser.error("say what to measure: --enqueue, --pickup N, --drain N")
     systems = [s for s in SYSTEMS if s.name in (args.only or ["ours", "huey"])]
-    drivers = {s.name: [str(ensure_venv(args.venvs / s.name, s.requirement) if s.requirement
-                            else sys.executable), str(HERE / "drivers" / s.driver)]
+    drivers = {s.name: [str(python_of(s, args.venvs)), str(HERE / "drivers" / s.driver)]
                for s in systems}
     figures = {(name, what): [] for name in drivers for what in ("enqueue", "pickup", "drain")}
     with tempfile.TemporaryDirectory(prefix="blueque-interleave-") as tmp, \

@@ -47,11 +47,19 @@ class System:
     requirement: str | None  # what its virtualenv holds; None runs it with this interpreter
     concurrent: bool  # one listener runs several tasks at once; else one listener per task slot
     engine: Path | None = None  # ours.py only: another checkout's engine (BENCH_ENGINE)
+    venv: str | None = None  # the virtualenv it shares (by system name); default its own
+
+
+SAME_LIBRARY = ("ours-redis5", "blueque1")
+"""Ours run in blueque 1.0.1's virtualenv, beside blueque 1.0.1: the same redis-py in both, so
+their ratio is the engines' alone (redis-py 8's own import is about 2 MiB over 5.3's)."""
 
 
 SYSTEMS = [
     System("ours", "ours", "ours.py", None, True),
     System("blueque1", "blueque 1.0.1", "blueque1.py", "blueque==1.0.1", False),
+    System("ours-redis5", "ours on blueque's redis-py", "ours.py", "blueque==1.0.1", True,
+           venv="blueque1"),
     System("rq", "rq", "rq_driver.py", "rq", False),
     System("huey", "huey (threads)", "huey_driver.py", "huey[redis]", True),
     System("floor", "floor (bare fork)", "floor.py", None, True),
@@ -292,6 +300,14 @@ def engines(specs, workdir):
                                 for i, spec in enumerate(specs or []))]
 
 
+def python_of(system, venvs, hiredis=False):
+    """The interpreter that runs ``system``: this one, or its virtualenv's (built once)."""
+    if not system.requirement:
+        return Path(sys.executable)
+    return ensure_venv(venvs / ((system.venv or system.name) + ("-hiredis" if hiredis else "")),
+                       system.requirement + (" hiredis" if hiredis else ""))
+
+
 def _percentile(values, pct):
     if len(values) < 2:
         return values[0]
@@ -312,14 +328,16 @@ def table(results):
     """The comparison as text: one column per system, then ours/peer for each peer."""
     labels = {name: result.get("label", name) for name, result in results.items()}
     names = [n for n in results if "figures" in results[n]]
-    peers = [n for n in names if n != "ours"] if "ours" in names else []
+    pairs = [("ours", n) for n in names if n != "ours"] if "ours" in names else []
+    if all(n in names for n in SAME_LIBRARY):
+        pairs.append(SAME_LIBRARY)
     out = []
     if names:
         rows = [["figure", "unit", *(labels[n] for n in names),
-                 *(f"ours/{labels[p]}" for p in peers), "better"]]
+                 *(f"{labels[a]}/{labels[b]}" for a, b in pairs), "better"]]
         for key, label, unit, higher, fmt in ROWS:
             values = {n: results[n]["figures"][key] for n in names}
-            ratios = [_ratio(values["ours"], values[p]) for p in peers]
+            ratios = [_ratio(values[a], values[b]) for a, b in pairs]
             rows.append([label, unit, *(_cell(values[n], fmt) for n in names),
                          *(_cell(r, "{:.2f}x") for r in ratios), "higher" if higher else "lower"])
         widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
@@ -364,14 +382,7 @@ def main():
 
     profile = PROFILES["quick" if args.quick else "full"]
     systems = [s for s in SYSTEMS if not args.only or s.name in args.only]
-    pythons = {}
-    for system in systems:
-        if system.requirement:
-            pythons[system.name] = ensure_venv(
-                args.venvs / (system.name + ("-hiredis" if args.hiredis else "")),
-                system.requirement + (" hiredis" if args.hiredis else ""))
-        else:
-            pythons[system.name] = Path(sys.executable)
+    pythons = {system.name: python_of(system, args.venvs, args.hiredis) for system in systems}
 
     started, load_before = time.monotonic(), os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="blueque-bench-") as tmp, \
