@@ -12,7 +12,8 @@ before each (past 5 s, the listener has gone back to its idle heartbeat). Each t
 every process) and the process's page faults so far (``ru_minflt``: a forked process's
 copy-on-write faults among them), written with one ``write()`` to a file every process appends
 to. Prints, per stage, the median and the p90 over the tasks in ms, and the median number of
-page faults when both ends are in one process.
+page faults when both ends are in one process. A stage whose marks come in another order
+(``--engine`` of a listener that forks on a task's way, not ahead) is left empty.
 """
 
 import argparse
@@ -32,16 +33,15 @@ QUEUE = "breakdown"
 # (stage, first mark, second mark): each a label of the marks below; both taken once per task
 STAGES = [
     ("enqueue call to the peek's reply read", "enqueue", "woken"),
-    ("peek's reply to the fork", "woken", "fork"),
-    ("fork (in the listener)", "fork", "forked"),
-    ("fork to the child's first Python", "fork", "child"),
-    ("forked to the take sent", "forked", "take"),
+    ("peek's reply to the take sent", "woken", "take"),
     ("take's round trip (take.lua)", "take", "taken"),
     ("taken to the hand-over written", "taken", "handed"),
     ("hand-over written to read by the child", "handed", "read"),
     ("read to the callback", "read", "callback"),
     ("  of which the lease thread's start", "keeper", "kept"),
     ("PICKUP: enqueue call to the callback", "enqueue", "callback"),
+    ("listener: hand-over to the next spare's fork", "handed", "fork"),
+    ("listener: the next spare's fork", "fork", "forked"),
     ("listener: hand-over to its beat", "handed", "beat"),
     ("listener: its beat (heartbeat + renewals)", "beat", "beaten"),
     ("callback's return to the end's call", "returned", "finish"),
@@ -100,7 +100,6 @@ def listen(url, marks_path, seconds):
 
     around(waiter.Peek, "settle", "woken")
     around(children.TaskProcesses, "fork", "fork", "forked")  # "forked": in the listener only
-    around(task_process.TaskProcess, "main", "child")
     then(task_process, "read_line", "read")
     around(protocol.Protocol, "take", "take", "taken")
     around(lease.LeaseKeeper, "start", "keeper", "kept")
@@ -169,7 +168,7 @@ def stages(lines, seconds):
     per_stage = {name: ([], []) for name, _, _ in STAGES}
     for task in tasks[1:]:
         for name, first, second in STAGES:
-            if first in task and second in task:
+            if first in task and second in task and task[first][0] <= task[second][0]:
                 (start, pid, faults), (end, end_pid, end_faults) = task[first], task[second]
                 ms = (end - start) / 1e6 - (1000 * seconds if name.startswith("OVERHEAD") else 0)
                 per_stage[name][0].append(ms)

@@ -71,27 +71,32 @@ class Child:
 
 
 class Spare:
-    """At most one task process forked ahead, while tasks wait behind the running ones, so
-    that the next take does not wait for a fork (a drain of short tasks feels it; an idle
-    listener has none, so its memory is not doubled by one).
+    """The one task process forked ahead, so that a take does not wait for a fork.
 
     =======  ======================================  ======================================
     state    what holds                              left when
     =======  ======================================  ======================================
-    none     no spare                                a take that started a task says more
-                                                     wait, and forks may start (not during
-                                                     their pause): forked, ready
-    ready    forked, connected to Redis, waiting     the next take names it (it is that
-             on its pipe; not counted among the      take's process from then on, let go if
-             busy slots                              the take found nothing): none; the
+    none     no spare                                forks may start (not during their
+                                                     pause), and the listener is about to
+                                                     wait with a slot free after a round
+                                                     that handed over nothing, or a take
+                                                     says more tasks wait: forked, ready
+    ready    forked, waiting on its pipe; not        the next take names it (it is that
+             counted among the busy slots            take's process from then on, let go if
+                                                     the take found nothing): none; the
                                                      listener stops taking: let go, none;
                                                      it dies: none
     =======  ======================================  ======================================
 
-    The queue that said more is taken from again as soon as a slot frees, so a spare does not
-    outlive a burst by more than one take. A spare that dies is reaped as any process that
-    died before its task: forks pause, doubling from FORK_PAUSE to MAX_FORK_PAUSE, one log
-    line per change of the pause (``TaskProcesses._pause_forks``), never a loop of forks.
+    A fork and what follows it would cost a pickup about 2.5 ms here (the fork, then the
+    copy-on-write faults of the take that names the new process); a spare costs an idle
+    listener about 2 MiB (the pages either process writes after the fork are copied):
+    bench/README.md. The next spare is not forked right after a hand-over: a fork then slows
+    the process just handed its task by about as much (its first writes to the pages it shares
+    with the listener wait for the fork), unless more tasks wait and the next take would wait
+    for it. A spare that dies is reaped as any process that died
+    before its task: forks pause, doubling from FORK_PAUSE to MAX_FORK_PAUSE, one log line per
+    change of the pause (``TaskProcesses._pause_forks``), never a loop of forks.
     """
 
     def __init__(self, processes: TaskProcesses) -> None:
@@ -104,7 +109,7 @@ class Spare:
     def want(self, current: float) -> None:
         """Fork one ahead unless there is one, or forks pause."""
         if self._child is None and self._processes.can_fork(current):
-            self._child = self._processes.fork(ahead=True)
+            self._child = self._processes.fork()
 
     def take(self) -> Child | None:
         """The spare, for a take to name (None if there is none)."""
@@ -160,9 +165,8 @@ class TaskProcesses:
         """The process a take names: the spare if there is one, else a new one."""
         return self.spare.take() or self.fork()
 
-    def fork(self, ahead: bool = False) -> Child:
-        """A new task process, waiting on its pipe for the task it is to run (``ahead``: a
-        spare, which connects to Redis meanwhile)."""
+    def fork(self) -> Child:
+        """A new task process, waiting on its pipe for the task it is to run."""
         read, write = os.pipe()
         if self.before_fork:
             self.before_fork()
@@ -172,7 +176,7 @@ class TaskProcesses:
             try:
                 os.close(write)
                 self.in_child()
-                self.process.main(read, listener, ahead)
+                self.process.main(read, listener)
             finally:
                 os._exit(1)  # never back into the listener's code
         os.close(read)
@@ -188,8 +192,9 @@ class TaskProcesses:
     def hand_over(self, child: Child, queue: str, token: str, task_id: str, outcome: str,
                   reply: dict[str, str] | int | str, taken_at: float, more: bool) -> None:
         """After a take with ``child``'s pid: write it its task if the start went through,
-        and fork a spare if ``more`` tasks wait; else let it go (a task whose start a key of
-        the wrong type refused goes back to its queue once the process exited)."""
+        and fork the next spare at once if ``more`` tasks wait; else let it go (a task whose
+        start a key of the wrong type refused goes back to its queue once the process
+        exited)."""
         child.queue, child.task_id, child.token = queue, task_id, token
         child.began = taken_at  # a spare may have waited: its task's time starts at its take
         child.label = printable(task_id)  # for log lines: an id from Redis may hold newlines

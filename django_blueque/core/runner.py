@@ -232,8 +232,11 @@ class ForkingRunner:
                 if self._lost_takes and current >= self._lost_takes.next_look:
                     self._lost_takes.settle(current)
                 if self._accepting():
+                    taken = self.tasks_taken
                     for queue in self._take_tasks(current):
                         self._listened.arm(queue)
+                    if taken == self.tasks_taken and len(self._processes) < self.concurrency:
+                        self._processes.spare.want(current)  # children.Spare says when
                 if self.burst and self._drained():
                     logger.info("listener %s: queues drained, burst done", self.listener_id)
                     return

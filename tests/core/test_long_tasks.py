@@ -289,26 +289,29 @@ def test_task_processes_dying_at_start_are_forked_again_after_a_doubling_pause(
     assert r.lrange("ran", 0, -1) == ["done"]
 
 
-def test_a_spare_is_forked_only_while_tasks_wait_and_one_that_dies_is_forked_again_after_a_pause(
+def test_a_listener_keeps_one_spare_and_one_that_dies_is_forked_again_after_a_pause(
         client, r, start_runner):
-    """With tasks waiting behind the running one, the listener keeps one process forked ahead
-    (its spare); SIGKILLed before its task, it is reaped like any process that died before
-    its task (a pause, one log line), and every task still runs once. A lone task leaves no
-    spare behind: an idle listener has none."""
+    """A listener that takes tasks keeps one process forked ahead (its spare), idle or busy,
+    and the next task runs in it (no fork on its way to its code). SIGKILLed before its task,
+    the spare is reaped like any process that died before its task (a pause, one log line, a
+    new spare after it), and every task still runs once."""
     runner = start_runner()
+    (spare,) = wait_for(lambda: children_of(runner.pid), 10, runner.describe)
     queue = client.get_queue("q")
-    first, second, third = (queue.enqueue(job(sleep=1.5, mark=str(n))) for n in range(3))
+    first = queue.enqueue(job(sleep=1.5, mark="0"))
     (run,) = wait_for(lambda: runs_of(r, first), 20, runner.describe)
-    spare = wait_for(lambda: [pid for pid in children_of(runner.pid) if pid != run["pid"]],
-                     10, runner.describe)
-    os.kill(spare[0], signal.SIGKILL)
+    assert run["pid"] == spare, runner.describe()
+    (spare,) = wait_for(lambda: [pid for pid in children_of(runner.pid) if pid != run["pid"]],
+                        10, runner.describe)
+    os.kill(spare, signal.SIGKILL)
+    second, third = (queue.enqueue(job(sleep=0.5, mark=str(n))) for n in (1, 2))
     for task_id in (first, second, third):
         task = finished(client, task_id, runner)
         assert (task.status, task.attempts) == ("complete", 1), runner.describe()
         assert len(runs_of(r, task_id)) == 1
     log = runner.output()
     assert re.findall(r"before its task; forking again in ([\d.]+) s", log) == ["0.1"], log
-    wait_for(lambda: not children_of(runner.pid), 10, runner.describe)
-    lone = queue.enqueue(job(sleep=1))
-    (run,) = wait_for(lambda: runs_of(r, lone), 20, runner.describe)
-    assert children_of(runner.pid) == [run["pid"]], runner.describe()
+    ran = {run["pid"] for task_id in (first, second, third) for run in runs_of(r, task_id)}
+    (idle_spare,) = wait_for(lambda: (lambda pids: pids if len(pids) == 1 else None)(
+        children_of(runner.pid)), 10, runner.describe)
+    assert idle_spare not in ran and idle_spare != spare, runner.describe()
