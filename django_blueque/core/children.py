@@ -106,10 +106,10 @@ class Spare:
     def is_one(self, child: Child) -> bool:
         return child is self._child
 
-    def want(self, current: float) -> None:
-        """Fork one ahead unless there is one, or forks pause."""
+    def want(self, current: float, connect: bool = False) -> None:
+        """Fork one ahead unless there is one, or forks pause (``connect``: see ``fork``)."""
         if self._child is None and self._processes.can_fork(current):
-            self._child = self._processes.fork()
+            self._child = self._processes.fork(connect)
 
     def take(self) -> Child | None:
         """The spare, for a take to name (None if there is none)."""
@@ -165,8 +165,11 @@ class TaskProcesses:
         """The process a take names: the spare if there is one, else a new one."""
         return self.spare.take() or self.fork()
 
-    def fork(self) -> Child:
-        """A new task process, waiting on its pipe for the task it is to run."""
+    def fork(self, connect: bool = False) -> Child:
+        """A new task process, waiting on its pipe for the task it is to run; with
+        ``connect``, connected to Redis meanwhile (a spare forked because more tasks wait: in
+        a drain of short tasks its end would otherwise wait for a connection; an idle spare
+        does not connect, as its connection would cost memory and a socket for hours)."""
         read, write = os.pipe()
         if self.before_fork:
             self.before_fork()
@@ -176,7 +179,7 @@ class TaskProcesses:
             try:
                 os.close(write)
                 self.in_child()
-                self.process.main(read, listener)
+                self.process.main(read, listener, connect)
             finally:
                 os._exit(1)  # never back into the listener's code
         os.close(read)
@@ -211,7 +214,7 @@ class TaskProcesses:
                 child.deadline = child.began + child.timeout if child.timeout else None
                 task_logger.info("task %s (%s) started in pid %d", child.label, queue, child.pid)
                 if more:
-                    self.spare.want(taken_at)
+                    self.spare.want(taken_at, connect=True)
                 return
         self.let_go(child)
         if outcome == "unstarted":

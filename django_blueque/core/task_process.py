@@ -66,9 +66,11 @@ class TaskProcess:
         # (queue, task, listener id) -> the context manager a run goes on in (tracing, ...)
         self.around_task = around_task or (lambda *task: contextlib.nullcontext())
 
-    def main(self, handover: int, listener: int) -> NoReturn:
+    def main(self, handover: int, listener: int, connect: bool = False) -> NoReturn:
         """Wait for a task on the ``handover`` pipe (channel.py), run it, record its end, and
-        exit (never returns). ``listener``: the pid of the listener that forked it."""
+        exit (never returns). ``listener``: the pid of the listener that forked it.
+        ``connect``: a spare about to be used connects while it waits (a process forked for a
+        take at once would meet that take at Redis, and delay it)."""
         code, task_id = 0, None
         try:
             os.setsid()
@@ -76,6 +78,9 @@ class TaskProcess:
                 signal.signal(signum, signal.SIG_DFL)
             signal.signal(signal.SIGTERM, _raise_stop)
             for_task_process(self.protocol.redis, self.protocol.timings.renew_every)
+            if connect:
+                with contextlib.suppress(redis.RedisError):  # the lease thread reports outages
+                    self.protocol.redis.ping()
             line = read_line(handover)
             if line:
                 queue, token, task_id, fields, taken_at = handed_task(line)
