@@ -5,18 +5,21 @@ A task process goes through these states (``Child.state``), each change made her
 =========  ===========================================================  =====================
 state      what holds                                                   left when
 =========  ===========================================================  =====================
-forked     forked, waiting on its pipe; the take names its pid          handed, or let go
-running    handed its task; it renews its lease, and so does the        asked to stop, or it
-           listener at each heartbeat (lease.py); it records its end    exits
-stopping   SIGTERM sent (timeout, cancellation, lease lost); SIGKILL    it exits
-           at ``kill_at``
+forked     forked, waiting on its channel; the take names its pid       handed, or let go
+running    handed its task; it renews its lease, and so does the        asked to stop, says
+           listener at each heartbeat (lease.py); it records its end    it ended, or exits
+stopping   SIGTERM sent (timeout, cancellation); SIGKILL at             says it ended, or
+           ``kill_at``                                                  exits
+ended      it recorded its end and said so on its channel               it exits
+           (channel.py); on its way out, its slot is free
 =========  ===========================================================  =====================
 
 A process forked ahead, before there is a take to name it, is the listener's spare
-(``Spare``), ``forked`` too. A process leaves ``children`` when ``waitpid`` reports its exit:
-status 0 means its end is recorded (or it had nothing to run); any other status is recorded
-here as a failed run, guarded by the reservation's token, so an end the process recorded first
-is never overwritten. A process that died before its task came sends the task back to its queue,
+(``Spare``), ``forked`` too. The busy slots are the processes running or stopping a task. A
+process leaves ``children`` when ``waitpid`` reports its exit: status 0 means its end is
+recorded (or it had nothing to run); any other status is recorded here as a failed run,
+guarded by the reservation's token, so an end the process recorded first is never
+overwritten. A process that died before its task came sends the task back to its queue,
 uncounted; if that repeats, forks pause, doubling from FORK_PAUSE to MAX_FORK_PAUSE.
 """
 
@@ -26,6 +29,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -33,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from . import keys as k
-from .channel import task_line, write_line
+from .channel import TASK_ENDED, task_line, write_line
 from .lease import CUT_OFF_EXIT
 from .limits import died_of_limit, usage
 from .outages import is_transient
@@ -50,17 +54,17 @@ task_logger = logging.getLogger("django_blueque.task")
 FORK_PAUSE, MAX_FORK_PAUSE = 0.1, 5.0
 """Seconds forks wait after a task process died before its task, doubling while it repeats."""
 
-FORKED, RUNNING, STOPPING = "forked", "running", "stopping"
+FORKED, RUNNING, STOPPING, ENDED = "forked", "running", "stopping", "ended"
 
 
 class Child:
     """One task process (see the states above)."""
 
-    __slots__ = ("pid", "handover", "state", "queue", "task_id", "token", "label", "began",
+    __slots__ = ("pid", "channel", "state", "queue", "task_id", "token", "label", "began",
                  "timeout", "deadline", "stop_reason", "kill_at")
 
-    def __init__(self, pid: int, handover: int) -> None:
-        self.pid, self.handover = pid, handover  # handover: the pipe's end, until written
+    def __init__(self, pid: int, channel: int) -> None:
+        self.pid, self.channel = pid, channel  # the listener's end of its socket pair, or -1
         self.state = FORKED
         self.queue = self.task_id = self.token = self.label = ""
         self.began = time.monotonic()
@@ -102,9 +106,6 @@ class Spare:
     def __init__(self, processes: TaskProcesses) -> None:
         self._processes = processes
         self._child: Child | None = None
-
-    def is_one(self, child: Child) -> bool:
-        return child is self._child
 
     def want(self, current: float, connect: bool = False) -> None:
         """Fork one ahead unless there is one, or forks pause (``connect``: see ``fork``)."""
@@ -150,11 +151,26 @@ class TaskProcesses:
         self.spare = Spare(self)
 
     def __len__(self) -> int:
-        """The busy slots: every process but the spare."""
-        return len(self.children) - any(map(self.spare.is_one, self.children.values()))
+        """The busy slots: the processes running or stopping a task."""
+        return len(self.running())
 
     def running(self) -> list[Child]:
-        return [child for child in self.children.values() if child.state != FORKED]
+        return [child for child in self.children.values() if child.state in (RUNNING, STOPPING)]
+
+    def channels(self) -> dict[int, Child]:
+        """The processes that may yet say their task ended, by their channel."""
+        return {child.channel: child for child in self.running() if child.channel >= 0}
+
+    def heard_from(self, child: Child) -> None:
+        """``child``'s channel is readable: it says its task ended (its slot is free now), or
+        it is gone (its exit, reaped next, tells the rest)."""
+        try:
+            said = os.read(child.channel, 1)
+        except OSError:
+            said = b""
+        self.let_go(child)
+        if said == TASK_ENDED:
+            child.state = ENDED
 
     def can_fork(self, current: float) -> bool:
         return current >= self.forks_from
@@ -166,31 +182,31 @@ class TaskProcesses:
         return self.spare.take() or self.fork()
 
     def fork(self, connect: bool = False) -> Child:
-        """A new task process, waiting on its pipe for the task it is to run; with
+        """A new task process, waiting on its channel for the task it is to run; with
         ``connect``, connected to Redis meanwhile (a spare forked because more tasks wait: in
         a drain of short tasks its end would otherwise wait for a connection; an idle spare
         does not connect, as its connection would cost memory and a socket for hours)."""
-        read, write = os.pipe()
+        ours, theirs = (end.detach() for end in socket.socketpair())
         if self.before_fork:
             self.before_fork()
         listener = os.getpid()
         pid = os.fork()
         if pid == 0:
             try:
-                os.close(write)
+                os.close(ours)
                 self.in_child()
-                self.process.main(read, listener, connect)
+                self.process.main(theirs, listener, connect)
             finally:
                 os._exit(1)  # never back into the listener's code
-        os.close(read)
-        child = self.children[pid] = Child(pid, write)
+        os.close(theirs)
+        child = self.children[pid] = Child(pid, ours)
         return child
 
     def let_go(self, child: Child) -> None:
-        """A forked process with nothing to run: closing its pipe ends it."""
-        if child.handover >= 0:
-            os.close(child.handover)
-            child.handover = -1
+        """Close ``child``'s channel: a forked process with nothing to run then exits."""
+        if child.channel >= 0:
+            os.close(child.channel)
+            child.channel = -1
 
     def hand_over(self, child: Child, queue: str, token: str, task_id: str, outcome: str,
                   reply: dict[str, str] | int | str, taken_at: float, more: bool) -> None:
@@ -203,8 +219,7 @@ class TaskProcesses:
         child.label = printable(task_id)  # for log lines: an id from Redis may hold newlines
         fields = reply if isinstance(reply, dict) else {}
         if fields:
-            handover, child.handover = child.handover, -1
-            if write_line(handover, task_line(queue, token, task_id, fields, taken_at)):
+            if write_line(child.channel, task_line(queue, token, task_id, fields, taken_at)):
                 if self.fork_pause:
                     logger.info("listener %s: task processes start again", self.listener_id)
                     self.fork_pause = 0.0
@@ -325,11 +340,6 @@ class TaskProcesses:
         child.state, child.stop_reason = STOPPING, reason
         child.kill_at = current + self.kill_grace
         _signal(child.pid, signal.SIGTERM)
-
-    def kill(self, child: Child, why: str) -> None:
-        task_logger.error("task %s: %s; killing pid %d", child.label, why, child.pid)
-        child.state, child.stop_reason, child.kill_at = STOPPING, "lost", None
-        _signal(child.pid, signal.SIGKILL)
 
     def enforce_deadlines(self, current: float) -> None:
         for child in self.children.values():

@@ -1,12 +1,13 @@
 """The forking runner: a listener that runs up to N tasks at a time, one forked process each.
 
-One thread, one ``select()``: the listener waits at once on two blocking peeks per queue
+One thread, one ``poll()``: the listener waits at once on two blocking peeks per queue
 (waiter.py: they return as soon as a task comes, and take nothing), on signals and its
-children's exits (through a wake-up pipe, wakeup.py), and on the next timer (heartbeat,
-timeouts, kill escalations). So it sends nothing while idle but its heartbeat, and starts a
-task within milliseconds of its enqueue. Only a listener that is awake takes a task: when a
-peek returns, it forks a task process, reserves and starts the task with that process's pid
-in one atomic script (``take``), and hands the task over (children.py, channel.py).
+children's exits (through a wake-up pipe, wakeup.py), on its task processes' word that their
+task ended (channel.py), and on the next timer (heartbeat, timeouts, kill escalations). So it
+sends nothing while idle but its heartbeat, and starts a task within milliseconds of its
+enqueue. Only a listener that is awake takes a task: when a peek returns, it reserves and
+starts the task in one atomic script (``take``) with the pid of its spare, a task process
+forked ahead, and hands the task over (children.py, channel.py).
 
 Liveness (lease.py): at each heartbeat the listener renews the lease of every task process it
 knows is alive, and each task process renews its own, so a task keeps its lease whatever its
@@ -22,6 +23,7 @@ leases and record their own results; if they die, the reaper recovers their task
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -257,16 +259,25 @@ class ForkingRunner:
         return self._listened.all_waiting()
 
     def _wait(self, timeout: float, peeks: list[Any]) -> None:
-        try:
-            readable, _, _ = select.select([self._wakeup, *peeks], [], [], max(0.0, timeout))
-        except (OSError, ValueError):
-            readable = []  # a peek's socket went away; the next round reconnects
-        for ready in readable:
-            if ready is self._wakeup:
+        """Until the timeout, a signal, a peek's reply, or a task process saying its task
+        ended (its slot is then free, before its exit: channel.py). ``poll``, not
+        ``select``: a listener of many queues or tasks holds descriptors past 1024."""
+        waited: dict[int, Any] = {self._wakeup.fileno(): self._wakeup}
+        for peek in peeks:
+            with contextlib.suppress(OSError, ValueError):  # its socket went away: the next
+                waited[peek.fileno()] = peek  # round reconnects
+        channels = self._processes.channels()
+        poller = select.poll()
+        for fd in (*waited, *channels):
+            poller.register(fd, select.POLLIN)
+        for fd, _ in poller.poll(max(0.0, timeout) * 1000):
+            if fd in channels:
+                self._processes.heard_from(channels[fd])
+            elif waited[fd] is self._wakeup:
                 self._wakeup.drain()
             else:
                 try:
-                    ready.settle()
+                    waited[fd].settle()
                 except redis.RedisError:
                     pass  # e.g. a peek refused while Redis loads: the next round tries again
 

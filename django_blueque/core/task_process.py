@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from typing import Any, NoReturn
@@ -20,7 +21,7 @@ from typing import Any, NoReturn
 import redis
 
 from . import keys as k
-from .channel import handed_task, read_line
+from .channel import TASK_ENDED, handed_task, read_line
 from .connections import for_task_process
 from .context import RunningTask, StopRequested, set_current_task
 from .lease import Beacon, LeaseKeeper
@@ -66,8 +67,8 @@ class TaskProcess:
         # (queue, task, listener id) -> the context manager a run goes on in (tracing, ...)
         self.around_task = around_task or (lambda *task: contextlib.nullcontext())
 
-    def main(self, handover: int, listener: int, connect: bool = False) -> NoReturn:
-        """Wait for a task on the ``handover`` pipe (channel.py), run it, record its end, and
+    def main(self, channel: int, listener: int, connect: bool = False) -> NoReturn:
+        """Wait for a task on ``channel`` (channel.py), run it, record its end, say so, and
         exit (never returns). ``listener``: the pid of the listener that forked it.
         ``connect``: a spare about to be used connects while it waits (a process forked for a
         take at once would meet that take at Redis, and delay it)."""
@@ -81,7 +82,7 @@ class TaskProcess:
             if connect:
                 with contextlib.suppress(redis.RedisError):  # the lease thread reports outages
                     self.protocol.redis.ping()
-            line = read_line(handover)
+            line = read_line(channel)
             if line:
                 queue, token, task_id, fields, taken_at = handed_task(line)
                 task = Task(task_id, fields)
@@ -98,6 +99,9 @@ class TaskProcess:
             logging.shutdown()
             sys.stdout.flush()
             sys.stderr.flush()
+            if code == 0:  # its end is recorded (or it had nothing to run): its slot is free
+                with contextlib.suppress(OSError):  # the listener is gone
+                    socket.socket(fileno=channel).send(TASK_ENDED, socket.MSG_NOSIGNAL)
             os._exit(code)
 
     def _lease_confirmed(self, queue: str, task: Task, token: str, taken_at: float

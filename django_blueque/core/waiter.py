@@ -1,8 +1,8 @@
 """The listener's way of waiting for work without polling: per queue, a connection holding a
 blocking peek on its pending list (``BLMOVE pending pending RIGHT RIGHT``, which returns as
 soon as the list has an id and leaves it as it was), and one on its priority wake list (which
-holds an element while tasks with a priority wait); the listener select()s on these
-connections."""
+holds an element while tasks with a priority wait); the listener waits on these connections
+in its one ``poll()``."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ class Peek:
         self.due = time.monotonic() + self.block + ANSWER_GRACE
 
     def fileno(self):
-        # redis-py keeps the socket here; select() needs its descriptor.
+        # redis-py keeps the socket here; the listener's poll() needs its descriptor.
         return self.conn._sock.fileno()
 
     def settle(self):

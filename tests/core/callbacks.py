@@ -19,6 +19,8 @@ applied in this order:
                                  before each step (its marks wait while Redis is away)
     "read_checkpoint": true      return current_task().checkpoint_state
     "allocate_mib": N            allocate N MiB (touched), hold it, then let it go
+    "keep_mib": N                allocate N MiB (touched) and keep it until the process exits
+                                 (the kernel frees it then: a slow exit)
     "spin": SECONDS              burn that much CPU time
     "ignore_sigxcpu": true       ignore SIGXCPU (so the kernel's SIGKILL ends a CPU limit)
     "sleep": SECONDS             sleep
@@ -52,6 +54,7 @@ from redis.cluster import RedisCluster
 from django_blueque.core import current_task
 
 RUNS_KEY = "core_test_runs"
+KEPT = []  # "keep_mib"'s memory, until the process exits
 URL = None  # set by runner_script.py before the runner starts; the forked children inherit it
 CLUSTER = False  # the same: URL names a node of a Redis Cluster
 
@@ -114,6 +117,8 @@ def callback(task):
         if "allocate_mib" in todo:
             block = bytearray(todo["allocate_mib"] * 1024 * 1024)
             del block
+        if "keep_mib" in todo:
+            KEPT.append(bytearray(todo["keep_mib"] * 1024 * 1024))
         if todo.get("ignore_sigxcpu"):
             signal.signal(signal.SIGXCPU, signal.SIG_IGN)
         if "spin" in todo:

@@ -315,3 +315,20 @@ def test_a_listener_keeps_one_spare_and_one_that_dies_is_forked_again_after_a_pa
     (idle_spare,) = wait_for(lambda: (lambda pids: pids if len(pids) == 1 else None)(
         children_of(runner.pid)), 10, runner.describe)
     assert idle_spare not in ran and idle_spare != spare, runner.describe()
+
+
+def test_a_slot_is_free_once_its_task_process_says_its_end_is_recorded_not_at_its_exit(
+        client, r, start_runner):
+    """A task process whose exit is slow (the kernel first frees the 1 GiB it holds) frees its
+    slot as soon as it says its end is recorded: the next task starts before that process is
+    reaped. Before, the slot was free only at ``waitpid``."""
+    runner = start_runner()
+    queue = client.get_queue("q")
+    first = queue.enqueue(job(keep_mib=1024))
+    second = queue.enqueue(job(mark="second"))
+    for task_id in (first, second):
+        assert finished(client, task_id, runner).status == "complete", runner.describe()
+    wait_for(lambda: f"task {first} ended in" in runner.output(), 10, runner.describe)
+    log = runner.output()
+    assert log.index(f"task {second} (q) started") < log.index(f"task {first} ended in"), log
+    assert r.lrange("second", 0, -1) == ["done"]
