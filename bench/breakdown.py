@@ -46,7 +46,7 @@ STAGES = [
     ("listener: its beat (heartbeat + renewals)", "beat", "beaten"),
     ("callback's return to the end's call", "returned", "finish"),
     ("child's first Redis connection (socket + handshake)", "connect", "connected"),
-    ("  of which the handshake (CLIENT SETINFO x2)", "handshake", "connected"),
+    ("  of which the handshake (redis-py's on_connect)", "handshake", "connected"),
     ("end's call to its reply (connection included)", "finish", "finished"),
     ("END: callback's return to the end recorded", "returned", "finished"),
     ("end recorded to the child's exit", "finished", "exit"),

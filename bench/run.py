@@ -328,7 +328,8 @@ def table(results):
     """The comparison as text: one column per system, then ours/peer for each peer."""
     labels = {name: result.get("label", name) for name, result in results.items()}
     names = [n for n in results if "figures" in results[n]]
-    pairs = [("ours", n) for n in names if n != "ours"] if "ours" in names else []
+    pairs = ([("ours", n) for n in names if n not in ("ours", SAME_LIBRARY[0])]
+             if "ours" in names else [])
     if all(n in names for n in SAME_LIBRARY):
         pairs.append(SAME_LIBRARY)
     out = []
