@@ -91,13 +91,25 @@ class Faults:
         with self.soak.lock:
             self.soak.displaced.extend((at, task_id) for task_id in task_ids)
 
+    def _stop_listener(self, listener, signum):
+        """Signal a listener whose exit the fault expects; the time, or None if it had exited
+        on its own just before (one that restarts while Redis is away refuses to start)."""
+        listener.expect_exit()
+        at = self.soak.signalled[listener.pid] = time.time()
+        try:
+            os.kill(listener.pid, signum)
+        except ProcessLookupError:
+            listener.unexpect_exit()
+            del self.soak.signalled[listener.pid]
+            return None
+        return at
+
     def listener_kill(self, skewed=False):
         listener = self._listener(skewed)
         held = self._reserved_unstarted(listener)
-        listener.expect_exit()
-        at = time.time()
-        self.soak.signalled[listener.pid] = at
-        os.kill(listener.pid, signal.SIGKILL)
+        at = self._stop_listener(listener, signal.SIGKILL)
+        if at is None:
+            return f"SIGKILL {listener.name}: it had exited on its own (see 'refused to start')"
         self._displace(held, at)
         return f"SIGKILL {listener.name} (pid {listener.pid}), {len(held)} reserved task(s)"
 
@@ -133,14 +145,16 @@ class Faults:
 
     def listener_term(self):
         listener = self._listener()
-        listener.expect_exit()
-        self.soak.signalled[listener.pid] = time.time()
-        os.kill(listener.pid, signal.SIGTERM)
+        if self._stop_listener(listener, signal.SIGTERM) is None:
+            return f"SIGTERM {listener.name}: it had exited on its own (see 'refused to start')"
         return f"SIGTERM {listener.name} (pid {listener.pid})"
 
     def listener_hup(self):
         listener = self._listener()
-        os.kill(listener.pid, signal.SIGHUP)
+        try:
+            os.kill(listener.pid, signal.SIGHUP)
+        except ProcessLookupError:
+            return f"SIGHUP {listener.name}: it had exited on its own (see 'refused to start')"
         return f"SIGHUP {listener.name} (pid {listener.pid})"
 
     def _await_long_runs(self, listeners=None, timeout=15.0):

@@ -123,6 +123,11 @@ class Supervised:
         with self.lock:
             self.expected_exits += 1
 
+    def unexpect_exit(self):
+        """Take back an ``expect_exit`` whose signal found the process gone."""
+        with self.lock:
+            self.expected_exits = max(0, self.expected_exits - 1)
+
     def check(self):
         """Restart the process if it exited; returns True if it did."""
         if self.proc.poll() is None:
