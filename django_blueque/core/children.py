@@ -85,7 +85,7 @@ class Spare:
                                                      wait with a slot free after a round
                                                      that handed over nothing, or a take
                                                      says more tasks wait: forked, ready
-    ready    forked, waiting on its pipe; not        the next take names it (it is that
+    ready    forked, waiting on its channel; not     the next take names it (it is that
              counted among the busy slots            take's process from then on, let go if
                                                      the take found nothing): none; the
                                                      listener stops taking: let go, none;
@@ -94,13 +94,14 @@ class Spare:
 
     A fork and what follows it would cost a pickup about 2.5 ms here (the fork, then the
     copy-on-write faults of the take that names the new process); a spare costs an idle
-    listener about 2 MiB (the pages either process writes after the fork are copied):
+    listener about 1.4 MiB (the pages either process writes after the fork are copied):
     bench/README.md. The next spare is not forked right after a hand-over: a fork then slows
     the process just handed its task by about as much (its first writes to the pages it shares
     with the listener wait for the fork), unless more tasks wait and the next take would wait
-    for it. A spare that dies is reaped as any process that died
-    before its task: forks pause, doubling from FORK_PAUSE to MAX_FORK_PAUSE, one log line per
-    change of the pause (``TaskProcesses._pause_forks``), never a loop of forks.
+    for it. A spare whose listener dies reads the end of its channel and exits. A spare that
+    dies is reaped as any process that died before its task: forks pause, doubling from
+    FORK_PAUSE to MAX_FORK_PAUSE, one log line per change of the pause
+    (``TaskProcesses._pause_forks``), never a loop of forks.
     """
 
     def __init__(self, processes: TaskProcesses) -> None:

@@ -317,6 +317,15 @@ def test_a_listener_keeps_one_spare_and_one_that_dies_is_forked_again_after_a_pa
     assert idle_spare not in ran | {doomed}, runner.describe()
 
 
+def test_a_killed_listener_leaves_no_spare_behind(start_runner):
+    """A listener SIGKILLed while idle: its spare, waiting on its channel, sees the channel
+    close and exits on its own (no process of an idle node outlives its listener)."""
+    runner = start_runner()
+    (spare,) = wait_for(lambda: children_of(runner.pid), 10, runner.describe)
+    runner.signal(signal.SIGKILL)
+    wait_for(lambda: not pid_alive(spare), 10, runner.describe)
+
+
 def test_a_slot_is_free_once_its_task_process_says_its_end_is_recorded_not_at_its_exit(
         client, r, start_runner):
     """A task process whose exit is slow (the kernel first frees the 1 GiB it holds) frees its
