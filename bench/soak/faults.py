@@ -17,7 +17,7 @@ from .servers import descendants_of
 
 LEASE = 15.0  # the engine's listener and task lease, which the long stops must outlast
 IDLE_WAIT = 60.0
-"""How long idle_listener_stop waits for a listener without a task process. The backlog the
+"""How long idle_listener_stop waits for a listener that runs no task. The backlog the
 earlier faults leave (Redis or a listener stopped while sleeping tasks keep coming) keeps every
 listener busy until it drains: with the limits' tasks added, a short soak (seed 873549) found
 none within 30 s of t+75, one after 33 s."""
@@ -192,12 +192,10 @@ class Faults:
         stopped one takes none it cannot run."""
         began = time.monotonic()
         deadline = began + IDLE_WAIT
-        idle = []
+        idle = self._idle_listeners()
         while time.monotonic() < deadline and not idle:
-            idle = [p for p in self._listeners() if not descendants_of(p.pid)
-                    and time.time() - p.runs[-1][1] > 5]
-            if not idle:
-                time.sleep(0.1)
+            time.sleep(0.1)
+            idle = self._idle_listeners()
         if not idle:
             return "SIGSTOP of an idle listener: none was idle"
         listener = self.rng.choice(idle)
@@ -214,6 +212,13 @@ class Faults:
         self.soak.stops.append((pid, at, time.time()))
         return (f"SIGSTOP idle {listener.name} (pid {pid}) for {seconds:.1f} s, then SIGCONT "
                 f"(idle found after {waited:.1f} s)")
+
+    def _idle_listeners(self):
+        """Listeners up for 5 s whose processes run no task. An idle listener keeps one spare
+        process, which has no task: having children does not make a listener busy."""
+        running = set(self._running_tasks())
+        return [p for p in self._listeners() if time.time() - p.runs[-1][1] > 5
+                and not running & set(descendants_of(p.pid))]
 
     def _running_tasks(self):
         """{pid: task id} of task processes running now (a start and no end in the side

@@ -181,9 +181,8 @@ def manage_argv(repo, *command):
 
 
 def descendants_of(pid):
-    """Pids of the processes below ``pid`` (from /proc): a listener's children (its fork
-    server, or task processes it forked itself), their children (the fork server's task
-    processes), and so on."""
+    """Pids of the processes below ``pid`` (from /proc): a listener's task processes and its
+    spare, their own children, and so on."""
     parents = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
