@@ -29,23 +29,13 @@ def reap_once(dry_run=False):
     actions = reap(get_client(), policy=get_settings().policy, dry_run=dry_run)
     if not dry_run:
         bulk.advance_jobs(get_client())
-        settle_left(get_client())
     return actions
-
-
-def settle_left(client):
-    """Settle the dependents ends left to do (see Protocol.workflows.settle_left); a key of
-    the wrong type is logged, and the reaper goes on."""
-    try:
-        client.protocol.workflows.settle_left()
-    except redis.ResponseError as exc:
-        reaper_logger.warning("dependents not settled: %s", exc)
 
 
 class ReaperLoop:
     """The reaper as a loop's step: one Reaper that remembers what it saw between passes (it
-    acts on a lapsed lease only once seen lapsed long enough), a step of the admin's bulk
-    jobs, and the dependents left to settle. ``report(actions)`` gets what each pass did."""
+    acts on a lapsed lease only once seen lapsed long enough) and a step of the admin's bulk
+    jobs. ``report(actions)`` gets what each pass did."""
 
     def __init__(self, report):
         self.reaper = Reaper(get_client().protocol, policy=get_settings().policy)
@@ -54,7 +44,6 @@ class ReaperLoop:
     def __call__(self):
         self.report(self.reaper.reap())
         bulk.advance_jobs(get_client())
-        settle_left(get_client())
 
     def sooner(self):
         """Look again soon while a lapsed lease is being watched."""

@@ -79,13 +79,8 @@ def enqueue_due_tasks(client: HasProtocol, queues: Iterable[str] | None = None
         queues = client.protocol.upkeep.due_queues(LAPSED_BATCH)
     moved: dict[str, list[str]] = {}
     for queue in queues:
-        try:
-            ids = client.protocol.upkeep.move_due(queue)
-        except redis.ResponseError as exc:
-            if is_transient(exc):
-                raise
-            logger.warning("queue %s: due tasks not moved: %s", queue, exc)
-            continue
+        ids = _unless_refused(queue, "due tasks not moved", client.protocol.upkeep.move_due,
+                              queue)
         if ids:
             moved[queue] = ids
     return moved
@@ -127,8 +122,9 @@ class Reaper:
     def reap(self, queues: Iterable[str] | None = None, dry_run: bool = False
              ) -> list[Action]:
         """One pass: release dead listeners, recover the tasks of dead processes, delete
-        finished tasks past their retention. Returns the Actions done (or, with ``dry_run``,
-        those it would do now for every lease lapsed at this moment)."""
+        finished tasks past their retention, settle the dependents ends left waiting.
+        Returns the Actions done (or, with ``dry_run``, those it would do now for every lease
+        lapsed at this moment)."""
         try:
             now, uptime = self.protocol.upkeep.server_clock(probe_writes=not dry_run)
             queues = list(queues if queues is not None
@@ -143,6 +139,7 @@ class Reaper:
             actions = self._reap_listeners(queues)
             actions += self._recover_lost_tasks(queues)
             actions += self._expire(queues)
+            actions += self._settle_dependents(queues)
         except redis.RedisError:
             # Redis away or refusing writes: nobody could renew meanwhile; start over
             self._last_pass = None
@@ -160,14 +157,6 @@ class Reaper:
         first = self._suspects.setdefault(subject, self._clock)
         return self._clock - first >= self.confirm and self._uptime >= self.confirm
 
-    def _read(self, commands: Iterable[Callable[..., object]]) -> list[Any]:
-        """Per-queue replies of a read-only pipeline; a queue whose key holds the wrong type
-        gives an exception instead of its reply, and is skipped with a warning."""
-        with self.protocol.redis.pipeline(transaction=False) as pipe:
-            for command in commands:
-                command(pipe)
-            return pipe.execute(raise_on_error=False)
-
     def _reap_listeners(self, queues: Sequence[str]) -> list[Action]:
         """Release dead listeners: requeue every task they reserved but had not started.
         Ours are dead once their heartbeat has lapsed long enough; blueque 1.0's (no
@@ -178,7 +167,7 @@ class Reaper:
             leases: dict[str, float] = {} if expiry is None else {listener_id: expiry}
             actions += self._judge_listener(queue, listener_id, leases)
         keys = self.protocol.keys
-        replies = self._read([command for queue in queues for command in (
+        replies = sweep.read(self.protocol, [command for queue in queues for command in (
             lambda pipe, q=queue: pipe.smembers(keys.listeners(q)),
             lambda pipe, q=queue: pipe.zrange(keys.listener_leases(q), 0, -1, withscores=True))])
         for index, queue in enumerate(queues):
@@ -249,10 +238,11 @@ class Reaper:
             actions += self._recover(queue, member, listener_id, int(pid), task_id, (),
                                      k.STARTED, token, None, False)
         keys = self.protocol.keys
-        queues = self._within_budget(queues)
-        replies = self._read([command for queue in queues for command in (
-            lambda pipe, q=queue: pipe.sscan(keys.started(q), sweep.started_cursor(keys, q),
-                                             count=sweep.SWEEP_MEMBERS),
+        queues = sweep.within_budget(self.protocol, queues,
+                                     lambda q, pipe: pipe.scard(keys.started(q)))
+        replies = sweep.read(self.protocol, [command for queue in queues for command in (
+            lambda pipe, q=queue: pipe.sscan(keys.started(q), sweep.scan_cursor(
+                keys, "started", q), count=sweep.SWEEP_MEMBERS),
             lambda pipe, q=queue: pipe.smembers(keys.listeners(q)))])
         candidates: list[tuple[str, str, str, int, str, set[str]]] = []
         for index, queue in enumerate(queues):
@@ -260,7 +250,7 @@ class Reaper:
             if _skip_broken(queue, "started tasks", started, listeners):
                 continue
             cursor, started = started
-            sweep.resume_started_at(keys, queue, cursor)
+            sweep.resume_scan_at(keys, "started", queue, cursor)
             for member in started:
                 member_parts = k.parse_started_member(member)
                 if member_parts is None:
@@ -270,7 +260,7 @@ class Reaper:
                 candidates.append((queue, member, *member_parts, listeners))
         if not candidates:
             return actions
-        states = self._read([command for candidate in candidates for command in (
+        states = sweep.read(self.protocol, [command for candidate in candidates for command in (
             lambda pipe, t=candidate[4]: pipe.hmget(keys.task(t), "status", "lease",
                                                     "reclaimed_node"),
             lambda pipe, t=candidate[4]: pipe.exists(keys.lease(t)))])
@@ -283,21 +273,6 @@ class Reaper:
             status, token, reclaimed = state  # HMGET of three fields
             actions += self._recover(*candidate, status, token, reclaimed, lease_alive)
         return actions
-
-    def _within_budget(self, queues: Sequence[str]) -> list[str]:
-        """The window's queues whose started sets this pass sweeps: those with members, in
-        order, while the members read stay within sweep.SWEEP_MEMBERS (at least one queue)."""
-        sizes = self._read([lambda pipe, q=queue: pipe.scard(self.protocol.keys.started(q))
-                            for queue in queues])
-        chosen: list[str] = []
-        budget = sweep.SWEEP_MEMBERS
-        for queue, size in zip(queues, sizes, strict=True):
-            if isinstance(size, Exception):
-                chosen.append(queue)  # read again below, to be reported
-            elif size and budget > 0:
-                chosen.append(queue)
-                budget -= min(size, sweep.SWEEP_MEMBERS)
-        return chosen
 
     def _recover(self, queue: str, member: str, listener_id: str, pid: int, task_id: str,
                  listeners: Iterable[str], status: str | None, token: str | None,
@@ -329,19 +304,34 @@ class Reaper:
             why = f"listener lost: blueque 1.0 process {pid} on {listener_id} is gone"
         if self._dry_run:
             return [Action(queue, "would fail or retry", why, task_id)]
-        try:
-            outcome = protocol.finish(
-                queue, task_id, listener_id=listener_id, pid=pid, token=token,
-                outcome=k.FAILED, value=why, error_type="ListenerLost",
-                policy=self.policy(queue), lapsed_only=True)
-        except redis.ResponseError as exc:
-            if is_transient(exc):
-                raise
-            logger.warning("queue %s: task %s not recovered: %s", queue, task_id, exc)
-            return []
-        if outcome == "stale":
+        outcome = _unless_refused(
+            queue, f"task {task_id} not recovered", protocol.finish, queue, task_id,
+            listener_id=listener_id, pid=pid, token=token, outcome=k.FAILED, value=why,
+            error_type="ListenerLost", policy=self.policy(queue), lapsed_only=True)
+        if outcome in (None, "stale"):
             return []
         return [Action(queue, "retried" if outcome == "retry" else "failed", why, task_id)]
+
+    def _settle_dependents(self, queues: Sequence[str]) -> list[Action]:
+        """Settle the dependents that ends left waiting: those of a process that died before
+        it settled them all, and those of an end blueque 1.0 recorded (its scripts know
+        nothing of dependents), found in a window of the queues' waiting tasks."""
+        if self._dry_run:
+            return []
+        workflows, keys = self.protocol.workflows, self.protocol.keys
+        actions: list[Action] = []
+        for queue in sweep.within_budget(self.protocol, queues,
+                                         lambda q, pipe: pipe.zcard(keys.waiting_tasks(q))):
+            cursor = sweep.scan_cursor(keys, "waiting", queue)
+            named = _unless_refused(queue, "waiting tasks not read",
+                                    workflows.name_stranded, queue, cursor, sweep.SWEEP_MEMBERS)
+            if named is not None:
+                sweep.resume_scan_at(keys, "waiting", queue, named[0])
+                actions += [Action(queue, "settled its dependents", "a blueque 1.0 worker "
+                                   "recorded its end, which left tasks of this queue waiting",
+                                   task_id) for task_id in named[1]]
+        _unless_refused("*", "dependents not settled", workflows.settle_left)
+        return actions
 
     def _expire(self, queues: Sequence[str]) -> list[Action]:
         """Expire the finished lists the expiring index says are due, after sweeping the
@@ -368,15 +358,24 @@ def _skip_broken(queue: str, what: str, *replies: object) -> bool:
     return bool(broken)
 
 
-def _expire_list(protocol: Protocol, queue: str, status: str, default: float | None,
-                 dry_run: bool) -> list[Action]:
+def _unless_refused(queue: str, what: str, call: Callable[..., Any], *args: Any,
+                    **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, or None (``what`` logged) when a key of the queue holds the
+    wrong type: the pass goes on with the other queues."""
     try:
-        count = protocol.upkeep.expire_finished(queue, status, default, dry_run=dry_run)
+        return call(*args, **kwargs)
     except redis.ResponseError as exc:
         if is_transient(exc):
             raise
-        logger.warning("queue %s: %s tasks not expired: %s", queue, status, exc)
-        return []
+        logger.warning("queue %s: %s: %s", queue, what, exc)
+        return None
+
+
+def _expire_list(protocol: Protocol, queue: str, status: str, default: float | None,
+                 dry_run: bool) -> list[Action]:
+    count = _unless_refused(queue, f"{status} tasks not expired",
+                            protocol.upkeep.expire_finished, queue, status, default,
+                            dry_run=dry_run)
     if not count:
         return []
     return [Action(queue, f"{'would delete' if dry_run else 'deleted'} {count} {status} tasks",

@@ -62,6 +62,15 @@ class WorkflowOperations:
                 done += 1
         return done
 
+    def name_stranded(self, queue: str, cursor: int, count: int) -> tuple[int, list[str]]:
+        """Name for settle() the ends blueque 1.0 recorded of tasks that ``count`` of the
+        queue's waiting tasks, read from ``cursor``, wait for (stranded.lua). Returns the next
+        cursor (0: the whole index was read) and the ids of the ends named."""
+        next_cursor, named = self.access.script("stranded")(
+            keys=[self.keys.waiting_tasks(queue)],
+            args=[self.access.dependency_templates, cursor, count])
+        return int(next_cursor), list(named)
+
     def settle_left(self) -> int:
         """settle() every settling index (those of a process that died before it settled
         its task's dependents): the reaper's step. Returns how many ends it took up."""

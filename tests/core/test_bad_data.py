@@ -88,6 +88,7 @@ def test_scheduler_and_reaper_skip_a_broken_queue(client, r, caplog):
     r.set("blueque_scheduled_tasks_q", "x")
     r.set("blueque_started_tasks_q", "x")
     r.set("blueque_listeners_q", "x")
+    r.set("blueque_waiting_tasks_q", "x")
     r.zadd("blueque_queues", {"q": 0})
     task_id = client.get_queue("other").schedule("later", time.time() + 0.01)
     wait_for(lambda: enqueue_due_tasks(client).get("other"), 5)
@@ -95,6 +96,8 @@ def test_scheduler_and_reaper_skip_a_broken_queue(client, r, caplog):
     with caplog.at_level(logging.WARNING, "django_blueque"):
         assert reap(client, confirm=0) == []
     assert "queue q: started tasks not read" in caplog.text
+    assert "queue q: waiting tasks not read: blueque_waiting_tasks_q holds the wrong type" \
+        in caplog.text
 
 
 def test_enqueue_refuses_a_queue_of_garbage_and_writes_nothing(client, r):
@@ -187,7 +190,8 @@ def protocol_keys(keys, queue, task_ids, listener):
             keys.due_queues(queue), keys.lease_expiries(queue), keys.listener_expiries(queue),
             keys.expiring_queues(queue), keys.reaper_clock, keys.listener_info(listener),
             keys.cancels(listener, queue),
-            keys.prioritized(queue), keys.priority_sequence(queue), keys.priority_wake(queue)]
+            keys.prioritized(queue), keys.priority_sequence(queue), keys.priority_wake(queue),
+            keys.waiting_tasks(queue), keys.settling(queue), keys.dependents(task_ids[1])]
 
 
 VALUE = contents(["t1", "q", "other", "h~0_1"])
@@ -195,7 +199,7 @@ VALUE = contents(["t1", "q", "other", "h~0_1"])
 
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(garbage=st.lists(st.tuples(st.integers(0, 26), VALUE), min_size=1, max_size=8))
+@given(garbage=st.lists(st.tuples(st.integers(0, 29), VALUE), min_size=1, max_size=8))
 def test_garbage_in_any_protocol_key_never_escapes_a_pass(client, r, garbage):
     """Random values of random types in the protocol keys, the indexes and task fields of a
     queue holding real tasks; then a listener pass, a scheduler pass and a reaper pass: no exception
@@ -203,6 +207,7 @@ def test_garbage_in_any_protocol_key_never_escapes_a_pass(client, r, garbage):
     r.flushdb()
     real = [*client.get_queue("q").enqueue_many(["t1", "t2"]),
             client.get_queue("q").enqueue("t3", priority=5)]
+    client.get_queue("q").enqueue("t4", depends_on=[real[0]])
     listener = "h~0_1"
     client.protocol.heartbeat(listener, ["q"])
     client.protocol.reserve("q", listener, "tok")

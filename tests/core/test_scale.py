@@ -21,7 +21,7 @@ def small_sweep(monkeypatch, r):
     monkeypatch.setattr(sweep, "SWEEP_QUEUES", WINDOW)
     monkeypatch.setattr(sweep, "SWEEP_MEMBERS", WINDOW)
     monkeypatch.setattr(sweep, "_sweep_starts", {})
-    monkeypatch.setattr(sweep, "_started_scans", {})
+    monkeypatch.setattr(sweep, "_scans", {})
     r.zadd("blueque_queues", {queue: 0 for queue in QUEUES})
 
 

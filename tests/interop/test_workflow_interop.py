@@ -3,7 +3,7 @@ waiting for its dependencies, and runs it once our end of the last dependency re
 
 import time
 
-from django_blueque.core import Client
+from django_blueque.core import Client, reap
 from tests.interop.test_interop import Q, params, runs, wait_finished, wait_listener
 
 
@@ -27,3 +27,23 @@ def test_a_blueque1_runner_never_takes_a_waiting_task_and_runs_it_once_released(
     task = wait_finished(r, [waiting], runner)[waiting]
     assert task["status"] == "complete" and task["result"] == f"bq1:{params(n=1)}"
     assert [ran for _worker, ran, _pid in runs(r)] == [plain, waiting]
+
+
+def test_a_dependency_ended_by_a_blueque1_runner_releases_its_dependents_at_the_next_reap(
+        r, redis_url, start_bq1_runner):
+    """blueque 1.0's scripts know nothing of dependents: its end of a dependency leaves them
+    waiting. The reaper finds such ends (a waiting task still listed as a dependent of a task
+    that ended) and settles them as our end would have: a success releases, a failure cancels."""
+    client = Client(redis_url)
+    ok, bad = client.get_queue(Q).enqueue(params(n=1)), client.get_queue(Q).enqueue(
+        params(fail=True))
+    after_ok = client.get_queue("later").enqueue("next", depends_on=[ok])
+    after_bad = client.get_queue("later").enqueue("never", depends_on=[bad])
+    runner = start_bq1_runner(Q)
+    wait_listener(r, runner)
+    wait_finished(r, [ok, bad], runner)
+    reap(client)  # one pass: nothing lapsed here, so it returns at once
+    assert client.get_task(after_ok).status == "pending"
+    released = client.get_task(after_bad)
+    assert released.status == "failed" and f"its dependency {bad} failed" in released.error
+    assert client.protocol.reserve("later", "us_1", "tok")[0] == after_ok
