@@ -46,10 +46,6 @@ class Outage:
         self.pause = 0.0
         self.since: float | None = None
 
-    @property
-    def ongoing(self) -> bool:
-        return self.since is not None
-
     def failed(self, exc: BaseException) -> float:
         """Record a failed attempt; returns the seconds to wait before the next one."""
         if self.since is None:
