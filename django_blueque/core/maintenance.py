@@ -330,7 +330,10 @@ class Reaper:
                 actions += [Action(queue, "settled its dependents", "a blueque 1.0 worker "
                                    "recorded its end, which left tasks of this queue waiting",
                                    task_id) for task_id in named[1]]
-        _unless_refused("*", "dependents not settled", workflows.settle_left)
+        shared = [""] if not keys.cluster else queues  # the settling index: one, or per queue
+        for queue in sweep.within_budget(self.protocol, shared,
+                                         lambda q, pipe: pipe.hlen(keys.settling(q))):
+            _unless_refused(queue or "*", "dependents not settled", workflows.settle, queue)
         return actions
 
     def _expire(self, queues: Sequence[str]) -> list[Action]:

@@ -71,12 +71,6 @@ class WorkflowOperations:
             args=[self.access.dependency_templates, cursor, count])
         return int(next_cursor), list(named)
 
-    def settle_left(self) -> int:
-        """settle() every settling index (those of a process that died before it settled
-        its task's dependents): the reaper's step. Returns how many ends it took up."""
-        return sum(self.settle(self.keys.queue_of(index))
-                   for index in self.access.indexes(self.keys.settling))
-
     def forget_ended(self, workflow_ids: Iterable[str]) -> int:
         """Delete the records of these workflows whose tasks are all gone (deleted past their
         retention, or by an operator): a record lives as long as any of its tasks. A record

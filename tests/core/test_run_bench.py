@@ -25,7 +25,19 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "run.py"
 def _all_stopped():
     """Every listener the benchmark started is gone, a few seconds after it returned (a task
     process of a stopped listener may still be exiting on a busy machine)."""
-    wait_for(lambda: not _drivers_running(), 10, lambda: f"drivers {_drivers_running()}")
+    wait_for(lambda: not _drivers_running(), 10, lambda: "drivers still running:\n" + "\n".join(
+        _describe(pid) for pid in _drivers_running()))
+
+
+def _describe(pid):
+    """A process's pid, parent, state and command line, to tell a leftover listener from its
+    spare or a task process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return f"{pid}: gone"
+    return f"{pid} (parent {stat[1]}, state {stat[0]}): {argv}"
 
 
 def _drivers_running():
