@@ -83,7 +83,7 @@ PROFILES = {
     # window holds what an hour would, per second
     "full": Profile(enqueue_n=5000, rounds=3, batch=1000, samples=60, long_samples=21,
                     throughput_n=200, idle_s=120, settle_s=2),
-    "quick": Profile(enqueue_n=1000, rounds=3, batch=1000, samples=6, long_samples=3,
+    "quick": Profile(enqueue_n=1000, rounds=2, batch=1000, samples=4, long_samples=2,
                      throughput_n=50, idle_s=4, settle_s=1),
 }
 CONCURRENT_DRAIN_TIMES = 5
