@@ -272,9 +272,11 @@ def test_a_pass_reads_every_queues_indexes_in_a_round_trip_per_node(redis_cluste
 
     started = time.monotonic()
     sent = reads_during(lambda: (enqueue_due_tasks(client), Reaper(client.protocol).reap()))
-    # what the servers read meanwhile from other clients (CI: 102 reads, 57 here alone)
+    # what the servers read meanwhile from other clients; a loaded machine splits a pipeline
+    # into more reads (63 here alone, 105 in a loaded CI run, with the reaper's waiting and
+    # settling indexes read too)
     background = reads_during(lambda: time.sleep(time.monotonic() - started))
-    assert sent - background < 100  # 300 queues x 5 indexes read one by one would be 1,500
+    assert sent - background < 200  # 300 queues x 6 indexes read one by one would be 1,800
     assert not any("command|getkeys" in command_calls(node) for node in nodes)
 
 
