@@ -197,7 +197,7 @@ def protocol_keys(keys, queue, task_ids, listener):
 VALUE = contents(["t1", "q", "other", "h~0_1"])
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=28, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(garbage=st.lists(st.tuples(st.integers(0, 29), VALUE), min_size=1, max_size=8))
 def test_garbage_in_any_protocol_key_never_escapes_a_pass(client, r, garbage):
