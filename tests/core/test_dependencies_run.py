@@ -101,7 +101,14 @@ def test_a_step_after_a_group_of_20_runs_once_through_a_killed_listener_and_a_re
                               timings=timings, concurrency=3))
         runners.append(Runner(server.url, ["q", "q2"], tmp_path, tag, timings=timings,
                               concurrency=3))
-        wait_for(lambda: len(runs(r)) >= 8, 30, runners[0].describe)
+
+        def running_on_second():  # a run of the group in a process of the listener to kill
+            processes = set(task_processes_of(runners[1].pid))
+            return [run for run in runs(r) if run["pid"] in processes and run["id"] in group]
+
+        # the second listener (up later, on a loaded machine) may not have a task yet at the
+        # 8th start, only its spare: then nothing would be killed but the spare
+        wait_for(lambda: len(runs(r)) >= 8 and running_on_second(), 30, runners[1].describe)
         for pid in task_processes_of(runners[1].pid):
             os.kill(pid, signal.SIGKILL)
         runners[1].signal(signal.SIGKILL)
