@@ -86,9 +86,9 @@ class Spare:
                                                      that handed over nothing, or a take
                                                      says more tasks wait: forked, ready
     ready    forked, waiting on its channel; not     the next take names it (it is that
-             counted among the busy slots            take's process from then on, the spare
-                                                     again if the take started nothing): none;
-                                                     the listener stops taking: let go, none;
+             counted among the busy slots            take's process from then on, let go if
+                                                     the take found nothing): none; the
+                                                     listener stops taking: let go, none;
                                                      it dies: none
     =======  ======================================  ======================================
 
@@ -117,12 +117,6 @@ class Spare:
         """The spare, for a take to name (None if there is none)."""
         child, self._child = self._child, None
         return child
-
-    def keep(self, child: Child) -> None:
-        """``child`` was named by a take that started nothing (another listener was first, or
-        the queue's limits refused): nothing in Redis names it, so it is the spare again, not a
-        fork wasted per take that finds nothing."""
-        self._child = child
 
     def gone(self, child: Child) -> None:
         """``child`` was reaped: if it was the spare, there is none now."""

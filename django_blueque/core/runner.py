@@ -340,7 +340,7 @@ class ForkingRunner:
             self._processes.let_go(child)
             raise
         if taken is None or taken[1] in ("full", "rate", "skipped", "held"):
-            self._processes.spare.keep(child)  # nothing for it to run: the next take's
+            self._processes.let_go(child)  # nothing for it to run
         if taken is None:
             return False
         task_id, outcome, reply, more = taken

@@ -326,26 +326,6 @@ def test_a_killed_listener_leaves_no_spare_behind(start_runner):
     wait_for(lambda: not pid_alive(spare), 10, runner.describe)
 
 
-def test_a_take_that_finds_the_task_gone_keeps_its_spare(client, r, start_runner):
-    """Two idle listeners of one queue: each task wakes both, both take, one finds it gone.
-    The loser's take named its spare, but started nothing with it, so that spare stays its
-    spare: no fork, and no exit, per task that another listener won."""
-    runners = [start_runner() for _ in range(2)]
-
-    def spares():
-        found = [children_of(runner.pid) for runner in runners]
-        return [pids[0] for pids in found] if all(len(pids) == 1 for pids in found) else None
-
-    for n in range(3):
-        before = wait_for(spares, 10, runners[0].describe)
-        task_id = client.get_queue("q").enqueue(job(sleep=0.2, mark=str(n)))
-        assert finished(client, task_id, runners[0]).status == "complete"
-        (run,) = runs_of(r, task_id)
-        winner = before.index(run["pid"])
-        after = wait_for(spares, 10, runners[0].describe)
-        assert after[1 - winner] == before[1 - winner], (n, before, after)
-
-
 def test_a_slot_is_free_once_its_task_process_says_its_end_is_recorded_not_at_its_exit(
         client, r, start_runner):
     """A task process whose exit is slow (the kernel first frees the 1 GiB it holds) frees its
