@@ -296,7 +296,13 @@ def test_a_listener_keeps_one_spare_and_one_that_dies_is_forked_again_after_a_pa
     the spare is reaped like any process that died before its task (a pause, one log line, a
     new spare after it), and every task still runs once."""
     runner = start_runner()
-    (doomed,) = wait_for(lambda: children_of(runner.pid), 10, runner.describe)
+
+    def settled_spare():  # not the process its first take named and let go (it exits at once)
+        first = children_of(runner.pid)
+        time.sleep(0.3)
+        return first if len(first) == 1 and children_of(runner.pid) == first else None
+
+    (doomed,) = wait_for(settled_spare, 10, runner.describe)
     os.kill(doomed, signal.SIGKILL)
     (spare,) = wait_for(lambda: [pid for pid in children_of(runner.pid) if pid != doomed],
                         10, runner.describe)
