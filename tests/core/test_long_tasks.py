@@ -289,6 +289,14 @@ def test_task_processes_dying_at_start_are_forked_again_after_a_doubling_pause(
     assert r.lrange("ran", 0, -1) == ["done"]
 
 
+def settled_spare(runner):
+    """The listener's one child, if it stays 0.3 s: its spare, not the process its first take
+    named and let go (that one exits at once)."""
+    first = children_of(runner.pid)
+    time.sleep(0.3)
+    return first if len(first) == 1 and children_of(runner.pid) == first else None
+
+
 def test_a_listener_keeps_one_spare_and_one_that_dies_is_forked_again_after_a_pause(
         client, r, start_runner):
     """A listener that takes tasks keeps one process forked ahead (its spare), idle or busy,
@@ -296,13 +304,7 @@ def test_a_listener_keeps_one_spare_and_one_that_dies_is_forked_again_after_a_pa
     the spare is reaped like any process that died before its task (a pause, one log line, a
     new spare after it), and every task still runs once."""
     runner = start_runner()
-
-    def settled_spare():  # not the process its first take named and let go (it exits at once)
-        first = children_of(runner.pid)
-        time.sleep(0.3)
-        return first if len(first) == 1 and children_of(runner.pid) == first else None
-
-    (doomed,) = wait_for(settled_spare, 10, runner.describe)
+    (doomed,) = wait_for(lambda: settled_spare(runner), 10, runner.describe)
     os.kill(doomed, signal.SIGKILL)
     (spare,) = wait_for(lambda: [pid for pid in children_of(runner.pid) if pid != doomed],
                         10, runner.describe)
@@ -327,7 +329,7 @@ def test_a_killed_listener_leaves_no_spare_behind(start_runner):
     """A listener SIGKILLed while idle: its spare, waiting on its channel, sees the channel
     close and exits on its own (no process of an idle node outlives its listener)."""
     runner = start_runner()
-    (spare,) = wait_for(lambda: children_of(runner.pid), 10, runner.describe)
+    (spare,) = wait_for(lambda: settled_spare(runner), 10, runner.describe)
     runner.signal(signal.SIGKILL)
     wait_for(lambda: not pid_alive(spare), 10, runner.describe)
 
