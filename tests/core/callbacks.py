@@ -93,8 +93,8 @@ def callback(task):
     todo = directives(task.parameters)
     conn = (RedisCluster if CLUSTER else redis.Redis).from_url(URL, decode_responses=True)
     running = current_task()
-    conn.rpush(RUNS_KEY, json.dumps({"id": task.id, "pid": os.getpid(),
-                                     "attempt": running.attempt}))
+    run = json.dumps({"id": task.id, "pid": os.getpid(), "attempt": running.attempt})
+    _wait_until(lambda: conn.rpush(RUNS_KEY, run))  # a test may be restarting Redis
     marks = todo.get("marks")
     if marks:
         _mark(conn, marks, task.id, running.attempt, "start")

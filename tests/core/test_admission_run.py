@@ -110,8 +110,9 @@ def all_complete(client, task_ids, describe, timeout=60):
     for task_id in task_ids:
         wait_for(lambda t=task_id: client.get_task(t).status in ("complete", "failed"),
                  timeout, describe)
-    statuses = [client.get_task(task_id).status for task_id in task_ids]
-    assert statuses == ["complete"] * len(task_ids), statuses
+    tasks = [client.get_task(task_id) for task_id in task_ids]
+    assert [task.status for task in tasks] == ["complete"] * len(task_ids), [
+        (task.status, task.errors) for task in tasks]
 
 
 def describe_all(runners):
