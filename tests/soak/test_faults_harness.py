@@ -2,6 +2,7 @@
 (one restarting while Redis is away refuses to start): the fault says so in its line, and
 leaves no harness error and no expectation behind that would hide a later unexpected exit."""
 
+import contextlib
 import os
 import random
 import signal
@@ -40,12 +41,14 @@ def test_a_fault_on_a_listener_gone_on_its_own_is_a_line_not_a_harness_error(tmp
     assert listener.expected_exits == 0 and soak.signalled == {} and soak.displaced == []
 
 
-def test_an_idle_listener_with_its_spare_is_idle_and_one_running_a_task_is_not(tmp_path):
-    """A listener keeps one spare process while idle: the idle fault must still find it (the
-    short soak of seed 20103 found "none was idle" for 60 s when idle meant no children)."""
-    spare = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
-             "'import time; time.sleep(60)', 'bq_listen']); time.sleep(60)")
-    listener = Supervised("listener-0", [sys.executable, "-c", spare, "bq_listen"], None,
+@contextlib.contextmanager
+def listener_with_a_child(tmp_path):
+    """A stand-in listener (a process named like bq_listen, SIGHUP ignored as the real one
+    handles it) with one child, up long enough for a fault to choose it."""
+    script = ("import signal, subprocess, sys, time; signal.signal(signal.SIGHUP, "
+              "signal.SIG_IGN); subprocess.Popen([sys.executable, '-c', "
+              "'import time; time.sleep(60)', 'bq_listen']); time.sleep(60)")
+    listener = Supervised("listener-0", [sys.executable, "-c", script, "bq_listen"], None,
                           tmp_path)
     listener.start()
     try:
@@ -53,20 +56,47 @@ def test_an_idle_listener_with_its_spare_is_idle_and_one_running_a_task_is_not(t
         while not descendants_of(listener.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         [child] = descendants_of(listener.pid)
-        listener.runs[-1][1] -= 10  # up long enough for a fault to choose it
+        listener.runs[-1][1] -= 10
         events = tmp_path / "events.log"
         events.touch()
-        soak = SimpleNamespace(listeners=[listener], fault_rng=random.Random(1),
+        soak = SimpleNamespace(listeners=[listener], signalled={}, fault_rng=random.Random(1),
                                keys=Keys(), events_path=events)
-        faults = Faults(soak)
-        assert faults._idle_listeners() == [listener]
-        with open(events, "a") as log:
-            log.write(f"start some-task 1 {child} {time.time():.3f}\n")
-        assert faults._idle_listeners() == []
-        with open(events, "a") as log:
-            log.write(f"end some-task 1 {child} {time.time():.3f} ok\n")
-        assert faults._idle_listeners() == [listener]
+        yield Faults(soak), listener, child
     finally:
         for pid in [*descendants_of(listener.pid), listener.pid]:
             os.kill(pid, signal.SIGKILL)
         listener.proc.wait()
+
+
+def write_event(faults, *fields):
+    with open(faults.soak.events_path, "a") as log:
+        log.write(" ".join(map(str, fields)) + "\n")
+
+
+def test_an_idle_listener_with_its_spare_is_idle_and_one_running_a_task_is_not(tmp_path):
+    """A listener keeps one spare process while idle: the idle fault must still find it (the
+    short soak of seed 20103 found "none was idle" for 60 s when idle meant no children)."""
+    with listener_with_a_child(tmp_path) as (faults, listener, child):
+        assert faults._idle_listeners() == [listener]
+        write_event(faults, "start", "some-task", 1, child, f"{time.time():.3f}")
+        assert faults._idle_listeners() == []
+        write_event(faults, "end", "some-task", 1, child, f"{time.time():.3f}", "ok")
+        assert faults._idle_listeners() == [listener]
+
+
+def test_a_task_left_by_a_listener_asked_to_stop_is_not_tended(tmp_path):
+    """The task-stop fault must stop a task whose listener renews its lease. A short soak
+    (seed 653749) stopped one its listener had left at a SIGTERM then SIGHUP: its lease
+    lapsed, as it must, and the soak counted the second run as a defect. A SIGHUP restart
+    keeps the pid, so being below the listener is not enough: started since it was asked."""
+    with listener_with_a_child(tmp_path) as (faults, listener, child):
+        write_event(faults, "start", "task-a", 1, child, f"{time.time():.3f}")
+        assert faults._tended_tasks() == {child: "task-a"}
+        assert faults.run("listener_hup") == f"SIGHUP listener-0 (pid {listener.pid})"
+        assert faults._tended_tasks() == {}
+        time.sleep(0.01)
+        write_event(faults, "end", "task-a", 1, child, f"{time.time():.3f}", "ok")
+        write_event(faults, "start", "task-b", 1, child, f"{time.time():.3f}")
+        assert faults._tended_tasks() == {child: "task-b"}
+        faults.soak.signalled[listener.pid] = time.time()  # a SIGTERM: stopping gracefully
+        assert faults._tended_tasks() == {}
