@@ -101,6 +101,7 @@ class Soak:
         self.events_path.touch()
         self.lock = threading.Lock()
         self.killed, self.displaced, self.outages, self.fault_log = {}, [], [], []
+        self.abandoned = {}  # task id -> pids of "gil" runs left by a listener stopped at once
         self.signalled, self.stops = {}, []  # what the faults did to listener processes
         self.harness_errors = []
         self.listeners, self.supervised = [], []
@@ -133,8 +134,8 @@ class Soak:
     # -- processes ------------------------------------------------------------------------------
 
     def start_processes(self):
-        from soak.faults import QUEUES
         from soak.servers import Supervised, manage_argv
+        from soak.watch import QUEUES
 
         skew = self.fault_rng.choice((-20.0, 20.0))
         logs = self.workdir / "logs"
@@ -273,7 +274,7 @@ class Soak:
                     for task_id in tasks:
                         pipe.hgetall(self.keys.task(task_id))
                     final = dict(zip(tasks, pipe.execute(), strict=True))
-                from soak.faults import QUEUES
+                from soak.watch import QUEUES
 
                 stray = set()
                 for queue in QUEUES:
@@ -360,10 +361,10 @@ def main(argv=None):
 
         final, stray = soak.final_states(tasks)
         observed = Observed(tasks=tasks, final=final, killed=soak.killed,
-                            displaced=soak.displaced, outages=soak.outages, stray=stray,
-                            edges=soak.pusher.edges, limits=soak.limits(),
-                            concurrency_keys=soak.pusher.concurrency_keys,
-                            skews=soak.skews())
+                            abandoned=soak.abandoned, displaced=soak.displaced,
+                            outages=soak.outages, stray=stray, edges=soak.pusher.edges,
+                            limits=soak.limits(), skews=soak.skews(),
+                            concurrency_keys=soak.pusher.concurrency_keys)
         verdict = judge(observed, read_events(soak.events_path))
         record = soak.listener_record()
         released = live_releases(read_releases(soak.supervised[-1].log_path), record,

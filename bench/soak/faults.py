@@ -5,15 +5,14 @@ time and the run-twice exemption), those that take Redis away record the outage.
 import os
 import signal
 import time
-from pathlib import Path
 
 import redis
 
 from devtools.servers import answers, wait_for
 
-from .ledger import read_events
 from .load import LONG_KINDS
 from .servers import descendants_of
+from .watch import Watch
 
 LEASE = 15.0  # the engine's listener and task lease, which the long stops must outlast
 IDLE_WAIT = 60.0
@@ -21,8 +20,6 @@ IDLE_WAIT = 60.0
 earlier faults leave (Redis or a listener stopped while sleeping tasks keep coming) keeps every
 listener busy until it drains: with the limits' tasks added, a short soak (seed 873549) found
 none within 30 s of t+75, one after 33 s."""
-QUEUES = ("soak.short", "soak.sleep", "soak.eta", "soak.flaky", "soak.doomed", "soak.gil",
-          "soak.step", "soak.limited", "soak.keyed", "soak.checkpoint")
 
 
 class Faults:
@@ -38,7 +35,7 @@ class Faults:
     def __init__(self, soak):
         self.soak = soak
         self.rng = soak.fault_rng
-        self._hangups = {}  # pid -> time the soak sent it SIGHUP
+        self.watch = Watch(soak)
 
     def kinds(self):
         return self.KINDS + (self.SENTINEL_KINDS if self.soak.redis.sentinel
@@ -62,32 +59,6 @@ class Faults:
                 return self.rng.choice(settled or self._listeners(skewed))
             time.sleep(0.3)
 
-    def _reserved_unstarted(self, listener):
-        """Ids of tasks the listener holds whose code has not begun: reserved, or taken and not
-        yet handed over (take.lua reserves and starts in one step, naming the spare: a started
-        task with no start in the side channel for its attempt). A listener's info hash names
-        its pid; its reserved lists are found from its id."""
-        keys = self.soak.keys
-        try:
-            client = self.soak.redis.admin()
-            begun = {(event.task_id, event.attempt) for event in read_events(self.soak.events_path)
-                     if event.kind == "start"}
-            ids = set()
-            for queue in QUEUES:
-                for listener_id in client.smembers(keys.listeners(queue)):
-                    if client.hget(keys.listener_info(listener_id), "pid") != str(listener.pid):
-                        continue
-                    for task_id in client.lrange(keys.reserved(queue, listener_id), 0, -1):
-                        status, attempts = client.hmget(keys.task(task_id), "status", "attempts")
-                        taken = status == "started" and attempts and attempts.isdigit() and (
-                            task_id, int(attempts)) not in begun
-                        if status == "reserved" or taken:
-                            ids.add(task_id)
-            client.close()
-            return ids
-        except redis.RedisError:
-            return set()
-
     def _displace(self, task_ids, at):
         with self.soak.lock:
             self.soak.displaced.extend((at, task_id) for task_id in task_ids)
@@ -105,9 +76,21 @@ class Faults:
             return None
         return at
 
+    def _abandon_gil_runs(self, listener):
+        """Before ``listener`` leaves at once (SIGKILL, or a second stop) or is stopped past a
+        lease: its task processes go on, each renewing its own lease, but a "gil" task's
+        process holds its GIL past a lease, so nobody renews it and it is rightly run again
+        (a run the ledger does not hold against the engine)."""
+        running = self.watch.running_tasks()
+        for pid in descendants_of(listener.pid):
+            if pid in running and self.soak.kind_of(running[pid]) == "gil":
+                with self.soak.lock:
+                    self.soak.abandoned.setdefault(running[pid], set()).add(pid)
+
     def listener_kill(self, skewed=False):
         listener = self._listener(skewed)
-        held = self._reserved_unstarted(listener)
+        held = self.watch.reserved_unstarted(listener)
+        self._abandon_gil_runs(listener)
         at = self._stop_listener(listener, signal.SIGKILL)
         if at is None:
             return f"SIGKILL {listener.name}: it had exited on its own (see 'refused to start')"
@@ -118,10 +101,10 @@ class Faults:
         """A machine dies: SIGKILL the listener and every process it forked at once; its
         running tasks are recovered from their leases alone."""
         listener = self._await_long_runs(self._listeners(skewed))
-        held = self._reserved_unstarted(listener)
+        held = self.watch.reserved_unstarted(listener)
         os.kill(listener.pid, signal.SIGSTOP)  # its processes are listed before it dies
         children = descendants_of(listener.pid)
-        running = self._running_tasks()
+        running = self.watch.running_tasks()
         listener.expect_exit()
         at = time.time()
         self.soak.signalled[listener.pid] = at
@@ -131,10 +114,10 @@ class Faults:
             except ProcessLookupError:
                 continue
         victims = [pid for pid in children if pid in running]
-        self._confirm_dead(children)
+        self.watch.confirm_dead(children)
         # every task process it killed, its code ended or not: one whose code had just ended
         # may die before its end reaches Redis, and its task runs again (a killed run)
-        for pid, task_id in self._tasks_of(children).items():
+        for pid, task_id in self.watch.tasks_of(children).items():
             with self.soak.lock:
                 self.soak.killed.setdefault(task_id, set()).add(pid)
         self._displace(held | {running[pid] for pid in victims}, at)
@@ -152,7 +135,9 @@ class Faults:
 
     def listener_hup(self):
         listener = self._listener()
-        self._hangups[listener.pid] = time.time()
+        self.watch.hangups[listener.pid] = time.time()
+        if listener.pid in self.soak.signalled:  # after a SIGTERM: the second stop, at once
+            self._abandon_gil_runs(listener)
         try:
             os.kill(listener.pid, signal.SIGHUP)
         except ProcessLookupError:
@@ -165,7 +150,7 @@ class Faults:
         (a random one if none runs one in time)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            sleeping = {pid for pid, task_id in self._running_tasks().items()
+            sleeping = {pid for pid, task_id in self.watch.running_tasks().items()
                         if self.soak.kind_of(task_id) in LONG_KINDS}
             if listeners is None and sleeping:
                 return None
@@ -179,7 +164,8 @@ class Faults:
         listener = self._await_long_runs(self._listeners())
         seconds = self.rng.uniform(LEASE + 2, LEASE + 7)
         pid = listener.pid
-        held = self._reserved_unstarted(listener)
+        held = self.watch.reserved_unstarted(listener)
+        self._abandon_gil_runs(listener)  # stopped past a lease, it renews nothing either
         at = time.time()
         os.kill(pid, signal.SIGSTOP)
         self._displace(held, at)
@@ -194,10 +180,10 @@ class Faults:
         stopped one takes none it cannot run."""
         began = time.monotonic()
         deadline = began + IDLE_WAIT
-        idle = self._idle_listeners()
+        idle = self.watch.idle_listeners()
         while time.monotonic() < deadline and not idle:
             time.sleep(0.1)
-            idle = self._idle_listeners()
+            idle = self.watch.idle_listeners()
         if not idle:
             return "SIGSTOP of an idle listener: none was idle"
         listener = self.rng.choice(idle)
@@ -215,75 +201,13 @@ class Faults:
         return (f"SIGSTOP idle {listener.name} (pid {pid}) for {seconds:.1f} s, then SIGCONT "
                 f"(idle found after {waited:.1f} s)")
 
-    def _idle_listeners(self):
-        """Listeners up for 5 s whose processes run no task. An idle listener keeps one spare
-        process, which has no task: having children does not make a listener busy."""
-        running = set(self._running_tasks())
-        return [p for p in self._listeners() if time.time() - p.runs[-1][1] > 5
-                and not running & set(descendants_of(p.pid))]
-
-    def _tended_tasks(self, listeners=None):
-        """{pid: task id} of running task processes whose listener renews their leases: below
-        a listener (of ``listeners``, or any), started since it last started and since the
-        soak last asked it to stop. A SIGHUP restart keeps the listener's pid, and the tasks
-        it left run on below it, untended."""
-        starts = self._running_tasks(events=True)
-        tended = {}
-        for listener in listeners or self.soak.listeners:
-            since = max(listener.runs[-1][1], self.soak.signalled.get(listener.pid, 0),
-                        self._hangups.get(listener.pid, 0))
-            tended.update({pid: starts[pid].task_id for pid in descendants_of(listener.pid)
-                           if pid in starts and starts[pid].at > since})
-        return tended
-
-    def _running_tasks(self, events=False):
-        """{pid: task id} (or its start event) of task processes running now (a start and no
-        end in the side channel, and the process alive as a forked bq_listen)."""
-        running = {}
-        for event in read_events(self.soak.events_path):
-            if event.kind == "start":
-                running[(event.task_id, event.pid)] = event
-            else:
-                running.pop((event.task_id, event.pid), None)
-        alive = {}
-        for (task_id, pid), event in running.items():
-            try:
-                if b"bq_listen" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    alive[pid] = event if events else task_id
-            except OSError:
-                continue
-        return alive
-
-    def _tasks_of(self, pids):
-        """{pid: task id} of those processes that started a task (the side channel's start)."""
-        wanted = set(pids)
-        return {event.pid: event.task_id for event in read_events(self.soak.events_path)
-                if event.kind == "start" and event.pid in wanted}
-
-    @staticmethod
-    def _confirm_dead(pids, timeout=2.0):
-        """The soak counts a killed process's task as killed: be sure it is (dead or a
-        zombie), or fail loudly as the harness's own error."""
-        deadline = time.monotonic() + timeout
-        for pid in pids:
-            while True:
-                try:
-                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                except (OSError, IndexError):
-                    break
-                if state in ("Z", "X"):
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"pid {pid} still runs after SIGKILL (state {state})")
-                time.sleep(0.02)
-
     def _kill_task_process(self, pid, task_id):
         at = time.time()
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             return False
-        self._confirm_dead([pid])
+        self.watch.confirm_dead([pid])
         with self.soak.lock:
             self.soak.killed.setdefault(task_id, set()).add(pid)
         self._displace([task_id], at)
@@ -291,7 +215,7 @@ class Faults:
 
     def task_kill(self):
         deadline = time.monotonic() + 15
-        while not (running := self._running_tasks()) and time.monotonic() < deadline:
+        while not (running := self.watch.running_tasks()) and time.monotonic() < deadline:
             time.sleep(0.3)
         if not running:
             return "SIGKILL of a task process: none was running"
@@ -307,7 +231,7 @@ class Faults:
         a listener the soak stopped holds its lease alone, and stopped past it, it is rightly
         run again (the delivery guarantee's one case of two runs to the end)."""
         deadline = time.monotonic() + 15
-        while not (running := self._tended_tasks()) and time.monotonic() < deadline:
+        while not (running := self.watch.tended_tasks()) and time.monotonic() < deadline:
             time.sleep(0.3)
         if not running:
             return "SIGSTOP of a task process: none was running under a live listener"
@@ -335,8 +259,8 @@ class Faults:
         # task processes an earlier listener-0 left are behind the same proxy with nobody to
         # renew for them: held, their lease would rightly lapse (the cut-off, tested in
         # test_long_tasks.py), which is not what this fault is about
-        tended = self._tended_tasks([listener])
-        orphans = [pid for pid in self._running_tasks() if pid not in tended]
+        tended = self.watch.tended_tasks([listener])
+        orphans = [pid for pid in self.watch.running_tasks() if pid not in tended]
         self.soak.proxy.hold_all(spared=[listener.pid, *orphans])
         time.sleep(seconds)
         self.soak.proxy.heal()

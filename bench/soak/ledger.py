@@ -48,6 +48,9 @@ class Observed:
     tasks: dict  # task id -> kind (load.KINDS: "short", "sleep", "eta", "flaky"...)
     final: dict  # task id -> its hash in Redis at the end ({} if it is gone)
     killed: dict = field(default_factory=dict)  # task id -> pids of it the soak killed
+    # task id -> pids of a "gil" task's runs whose listener the soak killed or stopped at once:
+    # their process holds its GIL past a lease, so nobody renews it and they rightly run again
+    abandoned: dict = field(default_factory=dict)
     # (fault time, task id): a task the soak took from a live process (killed, or its listener
     # killed or stopped while it held the task: reserved, or taken and not yet handed to a
     # task process); its recovery is the time to its next start
@@ -107,7 +110,7 @@ def judge(observed, events):
         _judge_outcome(verdict, task_id, kind, observed.final.get(task_id) or {},
                        ends[task_id], displacements[task_id])
         _judge_runs(verdict, task_id, starts[task_id], ends[task_id],
-                    observed.killed.get(task_id, ()),
+                    observed.killed.get(task_id, set()) | observed.abandoned.get(task_id, set()),
                     _cut_off(task_id, starts[task_id], observed))
         try:
             attempts = int((observed.final.get(task_id) or {}).get("attempts") or 0)
@@ -201,8 +204,9 @@ def _cut_off(task_id, starts, observed):
 
 def _judge_runs(verdict, task_id, starts, ends, killed_pids, cut_off=()):
     """A run to the end twice (not counted for a task whose process the soak killed, which may
-    have died between its end and the record of it), and runs that stopped before their end
-    though the soak did not kill their process (nor cut it off from Redis: ``cut_off``)."""
+    have died between its end and the record of it, or left without a renewer), and runs that
+    stopped before their end though the soak did not kill their process (nor cut it off from
+    Redis: ``cut_off``)."""
     ended = {(end.attempt, end.pid) for end in ends}
     for start in starts:
         if ((start.attempt, start.pid) not in ended and start.pid not in killed_pids

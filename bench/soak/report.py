@@ -25,7 +25,8 @@ def report(args, soak, tasks, planned, verdict, released):
         ("lost", len(verdict.lost), "must be 0"),
         ("stuck", len(verdict.stuck), "must be 0"),
         ("run to the end twice", len(verdict.run_twice),
-         f"must be 0 ({len(soak.killed)} task(s) whose process the soak killed not counted)"),
+         f"must be 0 ({len(soak.killed)} task(s) whose process the soak killed, "
+         f"{len(soak.abandoned)} left holding their GIL by a listener it stopped, not counted)"),
         ("out of order", len(verdict.out_of_order),
          "must be 0: a workflow step started before a step it waits for ended"),
         ("over a limit", len(verdict.over_limit),
@@ -36,7 +37,7 @@ def report(args, soak, tasks, planned, verdict, released):
              f"{what} {most}/{limit}" for what, (most, limit) in verdict.limit_peaks.items())
          + ")"),
         ("cut short", len(verdict.cut_short),
-         "must be 0: runs stopped before their end, not killed by the soak"),
+         "must be 0: runs stopped before their end, not killed (nor left) by the soak"),
         ("unexpected exits", len(unexpected), "must be 0: listener/scheduler/reaper exits "
                                               "nobody asked for"),
         ("live listeners released", len(released),

@@ -60,7 +60,8 @@ def listener_with_a_child(tmp_path):
         events = tmp_path / "events.log"
         events.touch()
         soak = SimpleNamespace(listeners=[listener], signalled={}, fault_rng=random.Random(1),
-                               keys=Keys(), events_path=events)
+                               keys=Keys(), events_path=events, abandoned={},
+                               lock=threading.Lock(), kind_of=lambda task_id: task_id[:3])
         yield Faults(soak), listener, child
     finally:
         for pid in [*descendants_of(listener.pid), listener.pid]:
@@ -77,11 +78,11 @@ def test_an_idle_listener_with_its_spare_is_idle_and_one_running_a_task_is_not(t
     """A listener keeps one spare process while idle: the idle fault must still find it (the
     short soak of seed 20103 found "none was idle" for 60 s when idle meant no children)."""
     with listener_with_a_child(tmp_path) as (faults, listener, child):
-        assert faults._idle_listeners() == [listener]
+        assert faults.watch.idle_listeners() == [listener]
         write_event(faults, "start", "some-task", 1, child, f"{time.time():.3f}")
-        assert faults._idle_listeners() == []
+        assert faults.watch.idle_listeners() == []
         write_event(faults, "end", "some-task", 1, child, f"{time.time():.3f}", "ok")
-        assert faults._idle_listeners() == [listener]
+        assert faults.watch.idle_listeners() == [listener]
 
 
 def test_a_task_left_by_a_listener_asked_to_stop_is_not_tended(tmp_path):
@@ -91,12 +92,26 @@ def test_a_task_left_by_a_listener_asked_to_stop_is_not_tended(tmp_path):
     keeps the pid, so being below the listener is not enough: started since it was asked."""
     with listener_with_a_child(tmp_path) as (faults, listener, child):
         write_event(faults, "start", "task-a", 1, child, f"{time.time():.3f}")
-        assert faults._tended_tasks() == {child: "task-a"}
+        assert faults.watch.tended_tasks() == {child: "task-a"}
         assert faults.run("listener_hup") == f"SIGHUP listener-0 (pid {listener.pid})"
-        assert faults._tended_tasks() == {}
+        assert faults.watch.tended_tasks() == {}
         time.sleep(0.01)
         write_event(faults, "end", "task-a", 1, child, f"{time.time():.3f}", "ok")
         write_event(faults, "start", "task-b", 1, child, f"{time.time():.3f}")
-        assert faults._tended_tasks() == {child: "task-b"}
+        assert faults.watch.tended_tasks() == {child: "task-b"}
         faults.soak.signalled[listener.pid] = time.time()  # a SIGTERM: stopping gracefully
-        assert faults._tended_tasks() == {}
+        assert faults.watch.tended_tasks() == {}
+
+
+def test_a_gil_run_is_recorded_as_left_when_its_listener_stops_at_once(tmp_path):
+    """A SIGHUP after a SIGTERM stops a listener at once: a "gil" task's process it leaves
+    renews nobody's lease (its own thread cannot run), so the ledger must not count its
+    second run against the engine; a first stop alone (graceful: the listener still renews)
+    leaves nothing."""
+    with listener_with_a_child(tmp_path) as (faults, listener, child):
+        write_event(faults, "start", "gil-task", 1, child, f"{time.time():.3f}")
+        faults.run("listener_hup")
+        assert faults.soak.abandoned == {}
+        faults.soak.signalled[listener.pid] = time.time()  # it had a SIGTERM
+        faults.run("listener_hup")
+        assert faults.soak.abandoned == {"gil-task": {child}}

@@ -110,6 +110,18 @@ def test_a_run_stopped_by_the_engine_is_cut_short_but_not_one_the_soak_killed():
     assert verdict.cut_short == [("a", 1, 100)]
 
 
+def test_a_gil_run_left_by_its_stopped_listener_may_be_cut_short_and_run_again():
+    """A "gil" task holds its process's GIL past a lease: when the soak stops its listener at
+    once, nobody renews its lease, and the engine rightly runs it again and ends the first run
+    (seed 653749 reported that as "cut short"). Only the run the soak left is excused."""
+    events = [ev("start", "g", 1, 100, 1.0), ev("start", "h", 1, 101, 1.0)] + ran(
+        "g", attempt=2, pid=200, at=30) + ran("h", attempt=2, pid=201, at=30)
+    verdict = ledger.judge(observed({"g": "gil", "h": "gil"},
+                                    {"g": complete(2), "h": complete(2)},
+                                    abandoned={"g": {100}}), events)
+    assert verdict.cut_short == [("h", 1, 101)]
+
+
 def test_an_attempt_charged_without_a_run_is_noted():
     verdict = ledger.judge(observed({"a": "short"}, {"a": complete(2)}), ran("a"))
     assert verdict.attempts_without_run == [("a", 2, 1)]
