@@ -315,21 +315,24 @@ class Reaper:
     def _settle_dependents(self, queues: Sequence[str]) -> list[Action]:
         """Settle the dependents that ends left waiting: those of a process that died before
         it settled them all, and those of an end blueque 1.0 recorded (its scripts know
-        nothing of dependents), found in a window of the queues' waiting tasks."""
-        if self._dry_run:
-            return []
-        workflows, keys = self.protocol.workflows, self.protocol.keys
+        nothing of dependents), found in a window of the queues' waiting tasks. A dry run
+        reads the window's first waiting tasks and settles nothing."""
+        workflows, keys, dry = self.protocol.workflows, self.protocol.keys, self._dry_run
         actions: list[Action] = []
         for queue in sweep.within_budget(self.protocol, queues,
                                          lambda q, pipe: pipe.zcard(keys.waiting_tasks(q))):
-            cursor = sweep.scan_cursor(keys, "waiting", queue)
-            named = _unless_refused(queue, "waiting tasks not read",
-                                    workflows.name_stranded, queue, cursor, sweep.SWEEP_MEMBERS)
+            cursor = 0 if dry else sweep.scan_cursor(keys, "waiting", queue)
+            named = _unless_refused(queue, "waiting tasks not read", workflows.name_stranded,
+                                    queue, cursor, sweep.SWEEP_MEMBERS, dry)
             if named is not None:
-                sweep.resume_scan_at(keys, "waiting", queue, named[0])
-                actions += [Action(queue, "settled its dependents", "a blueque 1.0 worker "
-                                   "recorded its end, which left tasks of this queue waiting",
-                                   task_id) for task_id in named[1]]
+                if not dry:
+                    sweep.resume_scan_at(keys, "waiting", queue, named[0])
+                actions += [Action(queue, f"{'would settle' if dry else 'settled'} its "
+                                   "dependents", "a blueque 1.0 worker recorded its end, which "
+                                   "left tasks of this queue waiting", task_id)
+                            for task_id in named[1]]
+        if dry:
+            return actions
         shared = [""] if not keys.cluster else queues  # the settling index: one, or per queue
         for queue in sweep.within_budget(self.protocol, shared,
                                          lambda q, pipe: pipe.hlen(keys.settling(q))):

@@ -62,14 +62,16 @@ class WorkflowOperations:
                 done += 1
         return done
 
-    def name_stranded(self, queue: str, cursor: int, count: int) -> tuple[int, list[str]]:
+    def name_stranded(self, queue: str, cursor: int, count: int, dry_run: bool = False
+                      ) -> tuple[int, list[str]]:
         """Name for settle() the ends blueque 1.0 recorded of tasks that ``count`` of the
-        queue's waiting tasks, read from ``cursor``, wait for (stranded.lua). Returns the next
-        cursor (0: the whole index was read) and the ids of the ends named."""
+        queue's waiting tasks, read from ``cursor``, wait for (stranded.lua; ``dry_run``:
+        only say which). Returns the next cursor (0: the whole index was read) and the ids of
+        the ends named."""
         next_cursor, named = self.access.script("stranded")(
             keys=[self.keys.waiting_tasks(queue)],
-            args=[self.access.dependency_templates, cursor, count])
-        return int(next_cursor), list(named)
+            args=[self.access.dependency_templates, cursor, count, int(dry_run)])
+        return int(next_cursor), list(dict.fromkeys(named))  # a dry run names one per edge
 
     def forget_ended(self, workflow_ids: Iterable[str]) -> int:
         """Delete the records of these workflows whose tasks are all gone (deleted past their

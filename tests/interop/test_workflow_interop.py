@@ -42,6 +42,12 @@ def test_a_dependency_ended_by_a_blueque1_runner_releases_its_dependents_at_the_
     runner = start_bq1_runner(Q)
     wait_listener(r, runner)
     wait_finished(r, [ok, bad], runner)
+    before = {key: r.dump(key) for key in r.keys("*") if not key.startswith("blueque_listener")}
+    would = reap(client, dry_run=True)  # says so, and changes nothing
+    assert sorted((a.what, a.task_id) for a in would if "dependents" in a.what) == sorted(
+        [("would settle its dependents", ok), ("would settle its dependents", bad)])
+    assert {key: r.dump(key) for key in before} == before
+    assert client.get_task(after_ok).status == "waiting"
     reap(client)  # one pass: nothing lapsed here, so it returns at once
     assert client.get_task(after_ok).status == "pending"
     released = client.get_task(after_bad)

@@ -5,7 +5,8 @@
 -- the start, for settle.lua: it settles each edge once (a settled one is gone from the set,
 -- or its dependent no longer waits), as our end would have. One named already is left as is.
 -- KEYS[1] the queue's waiting_tasks index, ARGV[1] Keys.dependency_templates, ARGV[2] the
--- ZSCAN cursor, ARGV[3] how many waiting tasks to read
+-- ZSCAN cursor, ARGV[3] how many waiting tasks to read, ARGV[4] '1' for a dry run (name them,
+-- write nothing)
 -- Returns {the next cursor ('0': the whole index was read), {the ids of the ends named}}
 --#include common.lib
 --#include admin.lib
@@ -26,9 +27,15 @@ for i = 1, #entries, 2 do  -- member, score, member, score...
     if (status == 'complete' or status == 'failed') and usable(set, 'set')
         and redis.call('SISMEMBER', set, id) == 1 then
       local settling = K.settling(redis.call('HGET', K.task(dependency), 'queue') or '')
-      if usable(settling, 'hash') and redis.call('HSETNX', settling, dependency, '0') == 1 then
-        named[#named + 1] = dependency
+      local name = false
+      if usable(settling, 'hash') then
+        if ARGV[4] == '1' then
+          name = redis.call('HEXISTS', settling, dependency) == 0
+        else
+          name = redis.call('HSETNX', settling, dependency, '0') == 1
+        end
       end
+      if name then named[#named + 1] = dependency end
     end
   end
 end
