@@ -50,58 +50,62 @@ class Faults:
         return [p for p in self.soak.listeners if bool(p.skew) == skewed]
 
     def _listener(self, skewed=False):
-        """A listener up for 5 s at least (one just restarted may not handle SIGHUP yet),
-        waiting a while for one."""
+        """(listener, pid): a listener up for 5 s at least (one just restarted may not handle
+        SIGHUP yet), waiting a while for one, and the pid of the run found so, which the fault
+        signals. Not ``listener.pid`` later: a run that had just died may be restarted
+        meanwhile, and the signal would hit the new process before it handles it (seed 4444:
+        a SIGHUP killed a listener 0.1 s old)."""
         deadline = time.monotonic() + 15
         while True:
             settled = [p for p in self._listeners(skewed) if time.time() - p.runs[-1][1] > 5]
             if settled or time.monotonic() > deadline:
-                return self.rng.choice(settled or self._listeners(skewed))
+                listener = self.rng.choice(settled or self._listeners(skewed))
+                return listener, listener.runs[-1][0]
             time.sleep(0.3)
 
     def _displace(self, task_ids, at):
         with self.soak.lock:
             self.soak.displaced.extend((at, task_id) for task_id in task_ids)
 
-    def _stop_listener(self, listener, signum):
+    def _stop_listener(self, listener, pid, signum):
         """Signal a listener whose exit the fault expects; the time, or None if it had exited
         on its own just before (one that restarts while Redis is away refuses to start)."""
         listener.expect_exit()
-        at = self.soak.signalled[listener.pid] = time.time()
+        at = self.soak.signalled[pid] = time.time()
         try:
-            os.kill(listener.pid, signum)
+            os.kill(pid, signum)
         except ProcessLookupError:
             listener.unexpect_exit()
-            del self.soak.signalled[listener.pid]
+            del self.soak.signalled[pid]
             return None
         return at
 
-    def _abandon_gil_runs(self, listener):
-        """Before ``listener`` leaves at once (SIGKILL, or a second stop) or is stopped past a
+    def _abandon_gil_runs(self, pid):
+        """Before listener ``pid`` leaves at once (SIGKILL, or a second stop) or is stopped past a
         lease: its task processes go on, each renewing its own lease, but a "gil" task's
         process holds its GIL past a lease, so nobody renews it and it is rightly run again
         (a run the ledger does not hold against the engine)."""
         running = self.watch.running_tasks()
-        for pid in descendants_of(listener.pid):
-            if pid in running and self.soak.kind_of(running[pid]) == "gil":
+        for child in descendants_of(pid):
+            if child in running and self.soak.kind_of(running[child]) == "gil":
                 with self.soak.lock:
-                    self.soak.abandoned.setdefault(running[pid], set()).add(pid)
+                    self.soak.abandoned.setdefault(running[child], set()).add(child)
 
     def listener_kill(self, skewed=False):
-        listener = self._listener(skewed)
-        held = self.watch.reserved_unstarted(listener)
-        self._abandon_gil_runs(listener)
-        at = self._stop_listener(listener, signal.SIGKILL)
+        listener, pid = self._listener(skewed)
+        held = self.watch.reserved_unstarted(pid)
+        self._abandon_gil_runs(pid)
+        at = self._stop_listener(listener, pid, signal.SIGKILL)
         if at is None:
             return f"SIGKILL {listener.name}: it had exited on its own (see 'refused to start')"
         self._displace(held, at)
-        return f"SIGKILL {listener.name} (pid {listener.pid}), {len(held)} reserved task(s)"
+        return f"SIGKILL {listener.name} (pid {pid}), {len(held)} reserved task(s)"
 
     def node_kill(self, skewed=False):
         """A machine dies: SIGKILL the listener and every process it forked at once; its
         running tasks are recovered from their leases alone."""
         listener = self._await_long_runs(self._listeners(skewed))
-        held = self.watch.reserved_unstarted(listener)
+        held = self.watch.reserved_unstarted(listener.pid)
         os.kill(listener.pid, signal.SIGSTOP)  # its processes are listed before it dies
         children = descendants_of(listener.pid)
         running = self.watch.running_tasks()
@@ -128,21 +132,21 @@ class Faults:
         return self.node_kill(skewed=True)
 
     def listener_term(self):
-        listener = self._listener()
-        if self._stop_listener(listener, signal.SIGTERM) is None:
+        listener, pid = self._listener()
+        if self._stop_listener(listener, pid, signal.SIGTERM) is None:
             return f"SIGTERM {listener.name}: it had exited on its own (see 'refused to start')"
-        return f"SIGTERM {listener.name} (pid {listener.pid})"
+        return f"SIGTERM {listener.name} (pid {pid})"
 
     def listener_hup(self):
-        listener = self._listener()
-        self.watch.hangups[listener.pid] = time.time()
-        if listener.pid in self.soak.signalled:  # after a SIGTERM: the second stop, at once
-            self._abandon_gil_runs(listener)
+        listener, pid = self._listener()
+        self.watch.hangups[pid] = time.time()
+        if pid in self.soak.signalled:  # after a SIGTERM: the second stop, at once
+            self._abandon_gil_runs(pid)
         try:
-            os.kill(listener.pid, signal.SIGHUP)
+            os.kill(pid, signal.SIGHUP)
         except ProcessLookupError:
             return f"SIGHUP {listener.name}: it had exited on its own (see 'refused to start')"
-        return f"SIGHUP {listener.name} (pid {listener.pid})"
+        return f"SIGHUP {listener.name} (pid {pid})"
 
     def _await_long_runs(self, listeners=None, timeout=15.0):
         """Wait (a while) for a task of seconds (LONG_KINDS) to be running, so that a fault on
@@ -158,14 +162,14 @@ class Faults:
             if busy:
                 return self.rng.choice(busy)
             time.sleep(0.3)
-        return self._listener(bool(listeners[0].skew)) if listeners else None
+        return self._listener(bool(listeners[0].skew))[0] if listeners else None
 
     def listener_stop(self):
         listener = self._await_long_runs(self._listeners())
         seconds = self.rng.uniform(LEASE + 2, LEASE + 7)
         pid = listener.pid
-        held = self.watch.reserved_unstarted(listener)
-        self._abandon_gil_runs(listener)  # stopped past a lease, it renews nothing either
+        held = self.watch.reserved_unstarted(pid)
+        self._abandon_gil_runs(pid)  # stopped past a lease, it renews nothing either
         at = time.time()
         os.kill(pid, signal.SIGSTOP)
         self._displace(held, at)

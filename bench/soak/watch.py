@@ -21,8 +21,8 @@ class Watch:
         self.soak = soak
         self.hangups = {}  # pid -> time the soak sent it SIGHUP
 
-    def reserved_unstarted(self, listener):
-        """Ids of tasks the listener holds whose code has not begun: reserved, or taken and not
+    def reserved_unstarted(self, pid):
+        """Ids of tasks listener ``pid`` holds whose code has not begun: reserved, or taken and not
         yet handed over (take.lua reserves and starts in one step, naming the spare: a started
         task with no start in the side channel for its attempt). A listener's info hash names
         its pid; its reserved lists are found from its id."""
@@ -34,7 +34,7 @@ class Watch:
             ids = set()
             for queue in QUEUES:
                 for listener_id in client.smembers(keys.listeners(queue)):
-                    if client.hget(keys.listener_info(listener_id), "pid") != str(listener.pid):
+                    if client.hget(keys.listener_info(listener_id), "pid") != str(pid):
                         continue
                     for task_id in client.lrange(keys.reserved(queue, listener_id), 0, -1):
                         status, attempts = client.hmget(keys.task(task_id), "status", "attempts")

@@ -41,6 +41,39 @@ def test_a_fault_on_a_listener_gone_on_its_own_is_a_line_not_a_harness_error(tmp
     assert listener.expected_exits == 0 and soak.signalled == {} and soak.displaced == []
 
 
+def test_a_listener_restarted_after_the_fault_chose_it_is_not_signalled(tmp_path):
+    """The fault chooses a listener whose run has just died, and the supervisor restarts it
+    before the signal: the signal goes to the run chosen (gone), never to the new process
+    before it handles it (seed 4444: a SIGHUP killed a listener 0.1 s old, an unexpected
+    exit)."""
+    listener = Supervised("listener-1", [sys.executable, "-c", "import time; time.sleep(60)"],
+                          None, tmp_path)
+    listener.start()
+    listener.runs[-1][1] -= 10  # up long enough for a fault to choose it
+    os.kill(listener.pid, signal.SIGKILL)
+    listener.proc.wait()
+    (tmp_path / "events.log").touch()
+    soak = SimpleNamespace(listeners=[listener], signalled={}, fault_rng=random.Random(1),
+                           events_path=tmp_path / "events.log")
+    faults = Faults(soak)
+    choose = faults._listener
+
+    def choose_then_restart(*args):
+        chosen = choose(*args)
+        listener.start()  # the supervisor saw the exit meanwhile
+        return chosen
+
+    faults._listener = choose_then_restart
+    try:
+        assert faults.run("listener_hup").endswith("it had exited on its own (see 'refused "
+                                                   "to start')")
+        time.sleep(0.3)
+        assert listener.proc.poll() is None, "the new process was signalled"
+    finally:
+        listener.proc.kill()
+        listener.proc.wait()
+
+
 @contextlib.contextmanager
 def listener_with_a_child(tmp_path):
     """A stand-in listener (a process named like bq_listen, SIGHUP ignored as the real one
