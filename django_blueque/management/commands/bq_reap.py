@@ -5,8 +5,9 @@ from ._base import LoopCommand
 
 class Command(LoopCommand):
     help = ("Recover the tasks of dead listeners (requeue what they had not started; retry or "
-            "fail what died with them) and delete finished tasks past their retention, from any "
-            "node. Prints one line per action: queue, task or listener, what, why.")
+            "fail what died with them), settle the dependents an end left waiting, and delete "
+            "finished tasks past their retention, from any node. Prints one line per action: "
+            "queue, task or listener, what, why.")
     interval_setting = "reaper_interval"
 
     def add_arguments(self, parser):
