@@ -9,11 +9,11 @@ enqueue. Only a listener that is awake takes a task: when a peek returns, it res
 starts the task in one atomic script (``take``) with the pid of its spare, a task process
 forked ahead, and hands the task over (children.py, channel.py).
 
-Liveness (lease.py): at each heartbeat the listener renews the lease of every task process it
-knows is alive, and each task process renews its own, so a task keeps its lease whatever its
-code does to its own process, and outlives its listener. A task process records its own end;
-the listener records the end of one that died without recording it, guarded by the
-reservation token so a result already recorded is never overwritten.
+Liveness (heartbeat.py, lease.py): at each heartbeat the listener renews the lease of every
+task process it knows is alive, and each task process renews its own, so a task keeps its
+lease whatever its code does to its own process, and outlives its listener. A task process
+records its own end; the listener records the end of one that died without recording it,
+guarded by the reservation token so a result already recorded is never overwritten.
 
 Stopping: the first SIGTERM or SIGINT makes the listener take no new task and wait for its
 running tasks to end (waiting is the one way that never repeats hours of work). A second one
@@ -40,7 +40,7 @@ import redis
 from . import keys as k
 from .admission import Admission
 from .children import TaskProcesses, freeze_heap
-from .lease import Beacon
+from .heartbeat import Heartbeat
 from .lost_takes import LostTakes
 from .orphans import recover_local_orphans
 from .outages import Outage, is_transient
@@ -117,30 +117,29 @@ class ForkingRunner:
         self.tasks_taken = 0
         self.stopped_cleanly = True
         self._stops = 0
-        self._started_at = 0.0
-        self._beacon = Beacon()
-        self._processes = self._make_processes()
         self._admission = {name: Admission.of(self.policy(name)) for name in self.queues}
         self._lease = {name: self.timings.for_queue(self.policy(name)).lease
                        for name in self.queues}  # a queue may have a longer one (timings.py)
+        self._heartbeat, self._processes = self._make_heartbeat_and_processes()
         self._listened = ListenedQueues(client, self.queues, self.timings.block)
         self._lost_takes = LostTakes(self._protocol, self.listener_id)
         self._outage = Outage(logger, "listener")
         self._wakeup = WakeupPipe()
-        self._next_beat = self._next_duties = 0.0
-        self._sent_info: dict[str, object] | None = None
+        self._next_duties = 0.0
 
     @property
     def children(self) -> dict[int, Any]:
         """The task processes, by pid."""
         return self._processes.children
 
-    def _make_processes(self) -> TaskProcesses:
+    def _make_heartbeat_and_processes(self) -> tuple[Heartbeat, TaskProcesses]:
+        heartbeat = Heartbeat(self._protocol, self.listener_id, self.queues, self.concurrency,
+                              self._lease)
         process = TaskProcess(self._protocol, self.listener_id, self._callback, self.policy,
-                              on_task_end=self._on_task_end, beacon=self._beacon,
+                              on_task_end=self._on_task_end, beacon=heartbeat.beacon,
                               kill_grace=self.kill_grace, around_task=self._around_task)
-        return TaskProcesses(self._protocol, self.listener_id, process, self.policy,
-                             self.kill_grace, self._before_fork, self._in_child)
+        return heartbeat, TaskProcesses(self._protocol, self.listener_id, process, self.policy,
+                                        self.kill_grace, self._before_fork, self._in_child)
 
     def _in_child(self) -> None:
         """In a new task process: what is the listener's is not its own."""
@@ -153,10 +152,10 @@ class ForkingRunner:
         """Listen until stopped (or drained in burst mode); returns True on a clean stop."""
         if k.parse_listener_id(self.listener_id)[1] != os.getpid():  # type: ignore[index]
             self.listener_id = k.unique_listener_id(k.hostname(), os.getpid())  # made before a fork
-            self._processes = self._make_processes()
+            self._heartbeat, self._processes = self._make_heartbeat_and_processes()
             self._lost_takes = LostTakes(self._protocol, self.listener_id)
         self._outage.who = f"listener {self.listener_id}"
-        self._started_at = time.time()
+        self._heartbeat.started_at = time.time()
         previous = self._wakeup.open({signal.SIGTERM: self._on_stop_signal,
                                       signal.SIGINT: self._on_stop_signal,
                                       signal.SIGCHLD: lambda *_: None})
@@ -222,7 +221,7 @@ class ForkingRunner:
             try:
                 self._processes.flush_backlog()
                 current = time.monotonic()
-                if current >= self._next_beat:
+                if current >= self._heartbeat.next_at:
                     self._beat(current)
                 if self._duties and current >= self._next_duties:
                     self._run_duties(current)
@@ -244,7 +243,7 @@ class ForkingRunner:
                     return
             except redis.RedisError as exc:
                 self._listened.close()
-                self._next_beat = 0.0  # re-register as soon as Redis answers again
+                self._heartbeat.lost()
                 self._wait(self._outage.failed(exc), [])
                 continue
             self._outage.recovered()
@@ -282,7 +281,7 @@ class ForkingRunner:
                     pass  # e.g. a peek refused while Redis loads: the next round tries again
 
     def _next_wakeup(self) -> float:
-        times: list[float] = [self._next_beat, self._processes.next_deadline(),
+        times: list[float] = [self._heartbeat.next_at, self._processes.next_deadline(),
                               *self._listened.next_times()]
         if self._duties:
             times.append(self._next_duties)
@@ -355,9 +354,7 @@ class ForkingRunner:
         if outcome in ("skipped", "held"):
             return True
         self.tasks_taken += 1
-        # busy now: beat at the busy pace from here on, the first beat when the task's lease
-        # (just made by the take) wants its first renewal, not before its code starts
-        self._next_beat = min(self._next_beat, current + self.timings.beat_every)
+        self._heartbeat.task_started(current)
         self._processes.hand_over(child, queue, token, task_id, outcome, reply, taken_at, more)
         if outcome == "unstarted":
             raise redis.ResponseError(reply)  # the queue is set aside
@@ -372,33 +369,10 @@ class ForkingRunner:
     # -- liveness ------------------------------------------------------------------------------
 
     def _beat(self, current: float) -> None:
-        """Renew the heartbeat (a long one while idle) and the leases of the running task
-        processes (lease.py); write the info hash when it changed or after a
-        (re-)registration; collect cancellations while tasks run."""
+        """Beat (heartbeat.py): a long heartbeat while idle; then stop the tasks whose
+        cancellation is asked, and set aside the queues whose listener keys are garbage."""
         busy = bool(self._processes or self._processes.backlog or self._lost_takes)
-        ttl = self.timings.heartbeat if busy else self.timings.idle_heartbeat
-        info: dict[str, object] = {
-            "host": k.hostname(), "pid": os.getpid(), "queues": ",".join(self.queues),
-            "concurrency": self.concurrency, "running": len(self._processes),
-            "since": repr(self._started_at), "lease": ttl}
-        changed = info if info != self._sent_info else None
-        registered, cancels, skipped = self._protocol.heartbeat(
-            self.listener_id, self.queues, changed, collect_cancels=bool(self._processes),
-            ttl=ttl)
-        if registered and changed is None:
-            self._protocol.heartbeat(self.listener_id, self.queues, info, collect_cancels=False,
-                                     ttl=ttl)
-        running = self._processes.running()
-        held = self._protocol.renew_leases([(child.task_id, child.token, self._lease[child.queue])
-                                            for child in running])
-        self._beacon.confirm(current)
-        for child, kept in zip(running, held, strict=True):
-            if not kept:
-                logger.info("listener %s: task %s: its lease is no longer its own (ended, or "
-                            "recovered elsewhere)", self.listener_id, child.label)
-        self._sent_info = info
-        self._next_beat = current + (self.timings.beat_every if busy
-                                     else self.timings.idle_heartbeat / 3)
+        cancels, skipped = self._heartbeat.beat(current, self._processes.running(), busy)
         for queue in skipped:
             self._set_aside(queue, "its listeners or listener-leases key holds the wrong type",
                             current)
