@@ -42,9 +42,16 @@ class Heartbeat:
         self._sent_info: dict[str, object] | None = None
 
     def task_started(self, current: float) -> None:
-        """Busy now: beat at the busy pace from here on, the first beat when the task's lease
-        (just made by its take) wants its first renewal, not before its code starts."""
-        self.next_at = min(self.next_at, current + self.timings.beat_every)
+        """Busy now: beat at the busy pace from here on. A listener that was idle beats at
+        once (its loop does, once the task is handed over): the take cut its heartbeat's expiry
+        to the busy one (reserve.lib), and until its info hash names the busy lease too, its
+        last beat reads as ``idle_heartbeat - heartbeat`` seconds older than it is
+        (``rows.ListenerRow.beat``). A busy one beats when the task's lease, just made by the
+        take, wants its first renewal."""
+        if self._sent_info and self._sent_info["lease"] == self.timings.heartbeat:
+            self.next_at = min(self.next_at, current + self.timings.beat_every)
+        else:
+            self.next_at = current
 
     def lost(self) -> None:
         """Redis did not answer: beat (and re-register) as soon as it does again."""

@@ -85,8 +85,8 @@ def test_idle_listener_sends_nothing_between_its_beats_a_minute_apart(alone):
     sent, elapsed = requests_received(r) - before - 1, time.monotonic() - began  # - our INFO
 
     assert sent == 0, f"{sent} requests in {elapsed:.1f} s"
-    # it wakes up for a task at once, and beats at the busy pace from its first renewal of
-    # the task's lease (a third of the lease after the take), not before the task's code
+    # it wakes up for a task at once, and beats at the busy pace from then on (the first beat
+    # once the task is handed over: test_a_listener_that_takes_a_task_after_idleness_...)
     task_id = client.get_queue("q").enqueue(json.dumps({"sleep": TIMINGS.beat_every * 2}))
     wait_for(lambda: client.get_task(task_id).status == "started", 10, runner.describe)
     wait_for(lambda: r.hget(f"blueque_listener_{runner.listener_id}", "lease")
@@ -94,6 +94,35 @@ def test_idle_listener_sends_nothing_between_its_beats_a_minute_apart(alone):
     lease = r.zscore("blueque_listener_leases_q", runner.listener_id)
     assert lease < time.time() + TIMINGS.heartbeat
     assert finished(client, task_id, runner, timeout=15).status == "complete"
+
+
+def test_a_listener_that_takes_a_task_after_idleness_reads_as_just_beaten(alone):
+    """The take cuts an idle listener's heartbeat expiry from the idle lease to the busy one
+    (reserve.lib). The admin pages and the metrics read the last beat as that expiry less the
+    lease the info hash names, so the listener beats at once to say it is busy: it must not read
+    as having beaten ``idle_heartbeat - heartbeat`` (165 s) ago, which would set off an alert on
+    ``blueque_listener_heartbeat_age_seconds``."""
+    from django_blueque.rows import ListenerRow
+
+    client, r, runner = alone
+    registered(r, runner)
+    time.sleep(1.0)  # idle, on its long lease
+    assert r.hget(f"blueque_listener_{runner.listener_id}", "lease") == str(TIMINGS.idle_heartbeat)
+
+    def age():
+        expires = r.zscore("blueque_listener_leases_q", runner.listener_id)
+        info = r.hgetall(f"blueque_listener_{runner.listener_id}")
+        return ListenerRow(runner.listener_id, "q", expires, time.time(), info).heartbeat_age
+
+    task_id = client.get_queue("q").enqueue(job(sleep=3))
+    started(client, task_id, runner)
+    wait_for(lambda: age() < 2, 2, lambda: f"heartbeat age {age():.1f} s\n{runner.describe()}")
+    ages = []
+    while client.get_task(task_id).status == "started":
+        ages.append(age())
+        time.sleep(0.1)
+    assert ages and max(ages) < TIMINGS.beat_every + 1, ages
+    assert finished(client, task_id, runner).status == "complete"
 
 
 def test_a_peek_that_times_out_waits_again_without_looking_at_the_queue(client, r,
