@@ -3,13 +3,15 @@
 import datetime
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 from demo.tasks import long_task, report
 
 from django_blueque import get_result
-from tests.django_app.conftest import wait_for
+from tests.django_app.conftest import MANAGE, wait_for
 
 
 def started_count(r, queue="demo.long"):
@@ -225,3 +227,22 @@ def test_bq_reap_and_bq_schedule_go_on_over_bad_data(manage, blueque, r):
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=15)
         assert process.returncode == 0 and "Traceback" not in output, output
+
+
+@pytest.mark.parametrize("buffered", [False, True])
+def test_bq_status_into_a_pipe_closed_early_stops_quietly(manage, blueque, buffered):
+    """``bq_status | head``: the reader goes away before the command's last line; the command
+    stops as ``ls | head`` does, with no traceback on stderr (its output written line by line,
+    or at once when it ends)."""
+    for n in range(30):
+        report.enqueue(title=str(n))
+    env = dict(manage.env)
+    if buffered:
+        del env["PYTHONUNBUFFERED"]
+    read, write = os.pipe()
+    os.close(read)  # a reader that left before the first line
+    done = subprocess.run([sys.executable, str(MANAGE), "bq_status"], env=env,
+                          stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 1

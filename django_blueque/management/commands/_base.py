@@ -2,7 +2,9 @@
 traceback) when Redis does not answer or the setting is wrong."""
 
 import logging
+import os
 import signal
+import sys
 
 import redis
 from django.core.exceptions import ImproperlyConfigured
@@ -28,7 +30,14 @@ class BluequeCommand(BaseCommand):
 
     def execute(self, *args, **options):
         try:
-            return super().execute(*args, **options)
+            done = super().execute(*args, **options)
+            self.stdout.flush()  # here, where a reader gone away is caught below
+            return done
+        except BrokenPipeError:
+            # the reader of the output left (``bq_status | head``): stop as ``ls | head`` does,
+            # with no traceback, and nothing more written to the closed pipe at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
         except ImproperlyConfigured as exc:
             raise CommandError(f"BLUEQUE setting: {exc}") from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
