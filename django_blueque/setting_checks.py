@@ -115,12 +115,15 @@ def _limit_problems(policy: Mapping[str, object], where: str) -> list[Problem]:
 
 
 def _admission_problems(policy: Mapping[str, object], where: str) -> list[Problem]:
-    try:
-        Admission.of({name.lower(): policy.get(name) for name in ADMISSION_KEYS})
-    except ValueError as exc:
-        return [Problem("blueque.E029", f"{where}: {exc}.", "For example {'MAX_RUNNING': 2, "
-                        "'MAX_RUNNING_PER_KEY': 1, 'RATE_LIMIT': '30/m'}, or leave the key out.")]
-    return []
+    problems = []
+    for name in ADMISSION_KEYS:  # one at a time, so that each problem names its key
+        try:
+            Admission.of({name.lower(): policy.get(name)})
+        except ValueError as exc:
+            problems.append(Problem(
+                "blueque.E029", f"{where}['{name}']: {exc}.", "For example {'MAX_RUNNING': 2, "
+                "'MAX_RUNNING_PER_KEY': 1, 'RATE_LIMIT': '30/m'}, or leave the key out."))
+    return problems
 
 
 def _lease_problems(policy: Mapping[str, object], where: str, timings: object
@@ -161,7 +164,7 @@ def problems(raw: object = None) -> list[Problem]:
     url = raw.get("URL")
     if url is not None and (not isinstance(url, str) or
                             not url.startswith(("redis://", "rediss://", "unix://"))):
-        shown = repr(masked_url(url)) if isinstance(url, str) else f"a {type(url).__name__}"
+        shown = repr(masked_url(url)) if isinstance(url, str) else f"of type {type(url).__name__}, not a string"
         found.append(Problem("blueque.E004", f"BLUEQUE['URL'] is not a Redis URL: {shown}.",
                              "Use redis://[:password@]host:port/db, rediss:// for TLS, or "
                              "unix:///path/to/socket."))

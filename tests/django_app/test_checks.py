@@ -209,3 +209,12 @@ def test_redis_down_is_not_a_check_error_but_a_clear_error_at_use(settings):
     assert check_settings() == []
     with pytest.raises(redis.ConnectionError):  # RedisUnavailable is one
         long_task.enqueue(steps=1)
+
+
+def test_each_bad_limit_of_a_queue_is_its_own_error_naming_its_key(settings):
+    settings.BLUEQUE = {"URL": "redis://localhost/0",
+                        "QUEUES": {"q": {"MAX_RUNNING": "2", "RATE_LIMIT": "30/d"}}}
+    problems = [error for error in check_settings() if error.id == "blueque.E029"]
+    assert [error.msg.split(": ")[0] for error in problems] == [
+        "BLUEQUE['QUEUES']['q']['MAX_RUNNING']", "BLUEQUE['QUEUES']['q']['RATE_LIMIT']"]
+    assert "'2'" in problems[0].msg and "'30/d'" in problems[1].msg

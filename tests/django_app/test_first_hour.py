@@ -75,7 +75,7 @@ def test_the_exception_is_caught_as_documented(settings):
 @pytest.mark.parametrize("value", [User(pk=3, username="ada"), [User(pk=3, username="ada")]])
 def test_a_model_instance_argument_is_refused_with_pass_its_pk(blueque, r, value):
     with pytest.raises(TypeError, match=r"argument 'title' cannot be encoded as JSON: it is a "
-                                        r"User instance: pass its pk and fetch the row"):
+                                        r"model instance \(User\): pass its pk and fetch the row"):
         report.enqueue(title=value)
     assert r.dbsize() == 0
 

@@ -43,7 +43,7 @@ def test_the_url_check_and_the_error_of_a_request_hide_the_password(settings):
 def test_a_url_that_is_not_a_string_is_named_by_its_type(settings):
     settings.BLUEQUE = {"URL": {"password": SECRET}}
     [problem] = setting_checks.problems()
-    assert problem.msg == "BLUEQUE['URL'] is not a Redis URL: a dict."
+    assert problem.msg == "BLUEQUE['URL'] is not a Redis URL: of type dict, not a string."
 
 
 def test_commands_hide_the_password(manage):
