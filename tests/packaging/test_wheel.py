@@ -109,6 +109,8 @@ def test_wheel_metadata(dist):
     assert metadata["Name"] == "django-blueque"
     assert metadata["Requires-Python"] == ">=3.11"
     assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata.get_all("Project-URL") == [
+        "Documentation, https://django-blueque.readthedocs.io/"]  # where the README's links go
     assert any(n.endswith("/LICENSE") for n in licenses), licenses
     requires = metadata.get_all("Requires-Dist")
     for requirement in ("Django>=5.2", "redis>=5.3", "django-redis", "croniter"):
