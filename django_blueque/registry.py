@@ -88,8 +88,8 @@ class _Encoder(DjangoJSONEncoder):
 
     def default(self, o: object) -> object:
         if isinstance(o, Model):
-            raise TypeError(f"it is a model instance ({type(o).__name__}): pass its pk and fetch the "
-                            "row in the task (the row may change before the task runs)")
+            raise TypeError(f"it is a model instance ({type(o).__name__}): pass its pk and "
+                            "fetch the row in the task (the row may change before the task runs)")
         return super().default(o)
 
 

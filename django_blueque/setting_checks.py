@@ -164,7 +164,8 @@ def problems(raw: object = None) -> list[Problem]:
     url = raw.get("URL")
     if url is not None and (not isinstance(url, str) or
                             not url.startswith(("redis://", "rediss://", "unix://"))):
-        shown = repr(masked_url(url)) if isinstance(url, str) else f"of type {type(url).__name__}, not a string"
+        shown = (repr(masked_url(url)) if isinstance(url, str)
+                 else f"of type {type(url).__name__}, not a string")
         found.append(Problem("blueque.E004", f"BLUEQUE['URL'] is not a Redis URL: {shown}.",
                              "Use redis://[:password@]host:port/db, rediss:// for TLS, or "
                              "unix:///path/to/socket."))
