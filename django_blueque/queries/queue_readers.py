@@ -27,10 +27,12 @@ ROW_FIELDS = ("status", "queue", "created", "updated", "eta", "node", "pid", "pr
               "started", "finished", "cancel_requested", "priority")
 
 QUEUES_PER_PAGE = 100
-
+"""Queues on one dashboard page (and one ``bq_status`` page)."""
 ERROR_TYPES_SHOWN = 20
 """Most error types the failed list offers to filter by (those that failed last first)."""
-"""Queues on one dashboard page (and one ``bq_status`` page)."""
+PRIORITIZED_READ = 100
+"""The oldest pending task of a queue is looked for among the oldest of its list and this many
+of its tasks with a priority, those that run first (a page of 1,000 queues reads no more)."""
 METRICS_QUEUES = 1000
 """Most queues the metrics report (those with the most listeners first, as ranked in
 blueque_queues), plus the registered ones; the total is reported beside them."""
@@ -38,6 +40,18 @@ SEARCH_CALLS = 100
 """A queue search reads blueque_queues in at most this many ZSCAN calls of ~1,000 names."""
 STARTED_READ = 1000
 """A started set bigger than this is listed from a sample (one SSCAN call), not read whole."""
+
+
+def first_pending(prioritized):
+    """The id that became pending first among ``prioritized`` ([(id, score)] of a queue's
+    tasks with a priority), or None. A score is ``-priority * 1e13`` plus the queue's pending
+    sequence number at the time, negated for a task put back at the head (make_pending in
+    common.lib): its size, whatever the priority, orders them in time."""
+    def sequence(score):
+        if not math.isfinite(score):  # not ours: written by someone else
+            return math.inf
+        return abs(score - round(score / 1e13) * 1e13)
+    return min(prioritized, key=lambda entry: sequence(entry[1]))[0] if prioritized else None
 
 
 def _counts(replies, held):
@@ -118,7 +132,8 @@ class QueueReaders(ReaderBase):
                       ("zrange", keys.listener_leases(queue), 0, -1),
                       ("lindex", keys.pending(queue), -1)]
             calls += [("hgetall", keys.throughput(queue, hour)) for hour in hours]
-            calls += [("zcard", keys.prioritized(queue)), ("zcard", keys.waiting_tasks(queue)),
+            calls += [("zrange", keys.prioritized(queue), 0, PRIORITIZED_READ - 1),
+                      ("zcard", keys.prioritized(queue)), ("zcard", keys.waiting_tasks(queue)),
                       ("zcard", keys.held(queue))]
         calls += [("get", keys.periodic(task.queue)) for task, _next in periodic]
         running = sorted({keys.bulk_running(queue) for queue in queues})  # 1 but in cluster mode
@@ -127,27 +142,29 @@ class QueueReaders(ReaderBase):
         jobs = self._running_jobs(queues, set().union(*replies[len(replies) - len(running):]))
         del replies[len(replies) - len(running):]
         jobs_end = 8
-        width = jobs_end + len(hours) + 3
+        width = jobs_end + len(hours) + 4
         tasks, conf = registered_tasks(), get_settings()
-        stats = []
+        stats, oldest = [], {}
         for index, queue in enumerate(queues):
             part = replies[index * width:(index + 1) * width]
-            members, leases, oldest = part[5], dict(part[6]), part[7] or None
+            members, leases = part[5], dict(part[6])
+            oldest[queue] = [task_id for task_id in (part[7], first_pending(part[-4]))
+                             if task_id]
             listeners = [ListenerRow(member, queue, leases.get(member), self.now)
                          for member in sorted(members)]
             task = tasks.get(queue)
             counts = list(part[:5])
             counts[1] += part[-3]  # pending: the list's and the prioritized set's
-            ended = part[jobs_end:-3]
+            ended = part[jobs_end:-4]
             stats.append(QueueStats(queue, names[queue] is not None, counts,
-                                    task.name if task else None, oldest, listeners,
+                                    task.name if task else None, None, listeners,
                                     jobs.get(queue, []),
                                     self.now, throughput(self.now, ended),
                                     frequent_errors(self.now, ended),
                                     waiting=part[-2], held=part[-1],
                                     limits=conf.admission(queue)))
         last_runs = replies[len(queues) * width:]
-        self._fill_listeners(stats)
+        self._fill_listeners(stats, oldest)
         # plain values: a template calls what is callable, and a task is
         return Overview(self.now, stats, [
             {"name": task.name, "queue": task.queue, "cron": task.periodic.cron,
@@ -170,16 +187,17 @@ class QueueReaders(ReaderBase):
                 found.setdefault(queue, []).append(BulkJob(action, state, queue, fields))
         return found
 
-    def _fill_listeners(self, stats):
-        """Second step of the overview: reserved counts, listener info, oldest pending time."""
+    def _fill_listeners(self, stats, oldest):
+        """Second step of the overview: reserved counts, listener info, oldest pending time
+        (``oldest``: queue -> the ids of its candidates, the oldest of its list and of its
+        tasks with a priority)."""
         infos = sorted({listener.id for queue in stats for listener in queue.listeners})
         calls = []
         for queue in stats:
             calls += [("llen", self.keys.reserved(queue.name, listener.id))
                       for listener in queue.listeners]
-            if queue.oldest_pending:
-                calls.append(("hmget", self.keys.task(queue.oldest_pending), "updated",
-                              "created"))
+            calls += [("hmget", self.keys.task(task_id), "updated", "created")
+                      for task_id in oldest[queue.name]]
         calls += [("hgetall", self.keys.listener_info(listener_id)) for listener_id in infos]
         replies = iter(self.read(calls))
         for queue in stats:
@@ -187,10 +205,11 @@ class QueueReaders(ReaderBase):
             for listener in queue.listeners:
                 listener.held = next(replies)
                 held += listener.held
-            if queue.oldest_pending:
-                # the time it became pending (enqueued, retried, moved from the schedule)
-                updated, created = next(replies)
-                queue.oldest_pending = finite_number(updated) or finite_number(created)
+            # the time it became pending (enqueued, retried, moved from the schedule)
+            since = [finite_number(updated) or finite_number(created)
+                     for updated, created in (next(replies) for _ in oldest[queue.name])]
+            queue.oldest_pending = min((time for time in since if time is not None),
+                                       default=None)
             queue.counts = _counts(queue.counts, held)
         info = {listener_id: next(replies) for listener_id in infos}
         for queue in stats:

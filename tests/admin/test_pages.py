@@ -256,6 +256,24 @@ def test_metrics_json_has_the_dashboard_figures(admin, blueque, r):
     assert data["periodic"][0]["name"] == "demo.tasks.tick"
 
 
+def test_the_oldest_pending_age_counts_tasks_with_a_priority(admin, blueque, r):
+    """A task with a priority waits in the queue's prioritized set, not its list: its age
+    counts, in a queue with only such tasks too (an alert on the metric must see them)."""
+    def enqueue(queue, age, priority=None):
+        task_id = blueque.get_queue(queue).enqueue("{}", priority=priority)
+        r.hset(f"blueque_task_{task_id}", "updated", repr(time.time() - age))
+    enqueue("mixed", 40, priority=-5)  # the oldest: a low priority, behind the ones below
+    enqueue("mixed", 20, priority=10)
+    enqueue("mixed", 10)
+    enqueue("only", 30, priority=3)
+    enqueue("plain", 15)
+    queues = {queue["name"]: queue for queue in as_json(admin.get(url("metrics.json")))["queues"]}
+    assert 35 < queues["mixed"]["oldest_pending_age"] < 50
+    assert 25 < queues["only"]["oldest_pending_age"] < 40
+    assert 10 < queues["plain"]["oldest_pending_age"] < 25
+    assert queues["mixed"]["counts"]["pending"] == 3
+
+
 def test_prometheus_metrics(admin, blueque, r):
     enqueue_v1(r, "q", "x", "old-one", created=time.time() - 30)
     fail_task(blueque, 'we"ird')

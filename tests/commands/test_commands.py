@@ -1,7 +1,9 @@
 """bq_listen, bq_schedule and bq_reap as real processes against a real Redis."""
 
 import datetime
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -10,7 +12,8 @@ import time
 import pytest
 from demo.tasks import long_task, report
 
-from django_blueque import get_result
+from devtools.servers import RedisServer
+from django_blueque import cancel, get_result
 from tests.django_app.conftest import MANAGE, wait_for
 
 
@@ -246,3 +249,58 @@ def test_bq_status_into_a_pipe_closed_early_stops_quietly(manage, blueque, buffe
     os.close(write)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.returncode == 1
+
+
+def test_bq_status_lists_a_running_task_whose_listener_is_gone(manage, blueque, r):
+    """A listener stopped at once (a second SIGTERM) leaves its running task to its own
+    process, and unregisters: bq_status lists that task from its queue's started set, its
+    listener marked gone, not only the tasks of the listeners it finds."""
+    task_id = long_task.enqueue(steps=300, delay=0.1)
+    listener = manage.start("bq_listen", "demo.long", "--noreload")
+    wait_for(lambda: (get_result(task_id).progress or 0) > 0, message="progress")
+    node = get_result(task_id).node
+    listener.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    listener.send_signal(signal.SIGTERM)
+    listener.wait(20)
+    wait_for(lambda: not r.smembers("blueque_listeners_demo.long"), message="unregistered")
+    assert get_result(task_id).status == "started"
+    result = manage.run("bq_status")
+    assert result.returncode == 0, result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith(task_id))
+    assert row.split()[1:4] == ["demo.long", node, "(gone)"] and "% step" in row, row
+    running = json.loads(manage.run("bq_status", "--json").stdout)["running"]
+    assert [(task["id"], task["listener"], task["listener_live"]) for task in running] == [
+        (task_id, node, False)]
+    cancel(task_id)  # its process, listener-less, stops itself (its lease keeper sees to it)
+
+
+def test_bq_status_watch_outlives_a_redis_that_stops_answering(manage, blueque, tmp_path):
+    """``bq_status --watch`` left open as a monitor says Redis does not answer, and shows the
+    queues again once it does, instead of exiting."""
+    server = RedisServer().start()
+    try:
+        manage.env["BLUEQUE_URL"] = server.url
+        watch = manage.start("bq_status", "--watch", "0.2")
+        lines = []
+
+        def saw(text):
+            return any(text in line for line in lines)
+
+        def read_until(text, timeout=20):
+            deadline = time.monotonic() + timeout
+            while not saw(text) and time.monotonic() < deadline:
+                ready, _, _ = select.select([watch.stdout], [], [], 0.5)
+                if ready:
+                    lines.append(watch.stdout.readline())
+            assert saw(text), "".join(lines[-20:])
+
+        read_until("QUEUE")
+        server.stop()
+        read_until("Redis does not answer")
+        lines.clear()
+        server.start()
+        read_until("QUEUE")
+        assert watch.poll() is None
+    finally:
+        server.close()

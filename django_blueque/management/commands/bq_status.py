@@ -1,6 +1,7 @@
 import json
 import time
 
+import redis
 from django.core.management.base import CommandError
 
 from django_blueque.conf import get_client, redis_in_use
@@ -9,6 +10,9 @@ from django_blueque.queries import QUEUES_PER_PAGE, Reader
 from django_blueque.rows import STATES
 
 from ._base import BluequeCommand
+
+RUNNING_SHOWN = 100
+"""Most running tasks listed per queue (the longest running first)."""
 
 
 def printable(text):
@@ -76,7 +80,11 @@ class Command(BluequeCommand):
                     self.stdout.write("\x1b[H\x1b[2J", ending="")
                 self.stdout.write(f"Every {options['watch']:g}s: "
                                   f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-                self.report(options)
+                try:
+                    self.report(options)
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    # a monitor outlives a Redis restart: say so, and look again
+                    self.stdout.write(f"Redis does not answer: {exc}")
                 self.stdout.flush()
                 time.sleep(options["watch"])
         except KeyboardInterrupt:
@@ -88,17 +96,19 @@ class Command(BluequeCommand):
         if options["page"] > overview.pages:
             raise CommandError(f"--page {options['page']}: there are {overview.pages} pages")
         listeners = reader.listeners()
-        running = [(listener, task) for listener in listeners for task in listener.running]
+        running = self.running(reader, overview)
         for key, why in reader.unreadable.items():
             self.stderr.write(printable(f"warning: {key} could not be read ({why}); "
                                         f"counted as empty"))
         if options["json"]:
             data = overview.as_dict()
+            live = {listener.id for listener in listeners if listener.kind == "live"}
             data["running"] = [{
-                "id": task.id, "queue": listener.queue, "listener": listener.id,
+                "id": task.id, "queue": queue, "listener": task.node,
+                "listener_live": task.node in live,
                 "started": finite_number(task.fields.get("started")),
                 "progress": finite_number(task.fields.get("progress")),
-                "message": task.progress_message} for listener, task in running]
+                "message": task.progress_message} for queue, task in running]
             self.stdout.write(json.dumps(data, allow_nan=False, default=str))
             return
         self.stdout.write(f"Redis: {redis_in_use()}")
@@ -119,9 +129,21 @@ class Command(BluequeCommand):
             [[listener.id, listener.queue, listener.kind, age(listener.heartbeat_age),
               len(listener.running), len(listener.reserved)] for listener in listeners]))
         self.stdout.write("")
+        live = {listener.id for listener in listeners if listener.kind == "live"}
         self.stdout.write(table(
             ["TASK", "QUEUE", "LISTENER", "RUNNING FOR", "PROGRESS"],
-            [running_row(reader.now, listener, task) for listener, task in running]))
+            [running_row(reader.now, queue, task, live) for queue, task in running]))
+
+    def running(self, reader, overview):
+        """[(queue, task)]: the running tasks of the page's queues, from their started sets,
+        so that a task whose listener is gone (stopped at once, or dead and released by the
+        reaper) and that runs on in its own process is listed too."""
+        running = []
+        for queue in overview.queues:
+            if queue.counts["started"]:
+                page = reader.queue_page(queue.name, "started", 1, RUNNING_SHOWN)
+                running += [(queue.name, task) for task in (page["tasks"] if page else [])]
+        return running
 
 
 def fix(queue):
@@ -131,8 +153,10 @@ def fix(queue):
             "(other modules are not imported), then start manage.py bq_listen")
 
 
-def running_row(now, listener, task):
+def running_row(now, queue, task, live):
     started = finite_number(task.fields.get("started"))
     progress = finite_number(task.fields.get("progress"))
-    return [task.id, listener.queue, listener.id, age(now - started if started else None),
+    node = task.node or "-"
+    return [task.id, queue, node if task.node in live else f"{node} (gone)",
+            age(now - started if started else None),
             "-" if progress is None else f"{progress:.0f}% {task.progress_message or ''}".strip()]
