@@ -53,7 +53,7 @@ EXTENSION_FIELDS = (
     "timeout",           # seconds one run may take before its process is killed
     "retention",         # seconds a finished task is kept before the reaper deletes it
     "lease",             # token of the current reservation; guards every later step
-    "started",           # time.time() of the current run's start
+    "started",           # time.time() of the current (or last) run's start
     "finished",          # time.time() of completion or final failure
     "expires",           # finished + retention: when the reaper may delete the task
     "progress",          # percentage 0..100 reported by the running task

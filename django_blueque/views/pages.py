@@ -34,7 +34,7 @@ PER_PAGE_CHOICES = (25, 50, 100, 200, 500)
 LIVE_STATUSES = (k.SCHEDULED, k.PENDING, k.RESERVED, k.STARTED)
 TIME_FIELDS = {
     "created": gettext_lazy("created"), "eta": gettext_lazy("due (eta)"),
-    "started": gettext_lazy("started (this run)"), "updated": gettext_lazy("last update"),
+    "started": gettext_lazy("started (last run)"), "updated": gettext_lazy("last update"),
     "finished": gettext_lazy("finished"), "expires": gettext_lazy("deleted after (retention)"),
     "cancel_requested": gettext_lazy("cancellation asked"),
     "checkpoint_at": gettext_lazy("last checkpoint"),

@@ -168,7 +168,7 @@ def test_task_page_shows_every_field(admin, blueque, r):
     labels = [str(event["label"]) for event in response.context["timeline"]]
     assert labels[0] == "created"
     # and the failed run, from the task's error history
-    assert set(labels) == {"created", "started (this run)", "last update", "finished",
+    assert set(labels) == {"created", "started (last run)", "last update", "finished",
                            "run 1 failed: builtins.RuntimeError: it broke"}
 
 

@@ -46,13 +46,13 @@ EXPECTED = {
     },
     "task": {
         "fr": ["Chronologie", "Tous les champs", "Bail", f"détenu (renouvelé{NBSP}; sinon, "
-               "expire dans", "Exécutions", "démarrée (cette exécution)", "Progression",
+               "expire dans", "Exécutions", "démarrée (dernière exécution)", "Progression",
                "Nœud", "dernière pulsation <span"],
         "de": ["Zeitleiste", "Alle Felder", "Lease", "gehalten (wird erneuert; läuft sonst in",
-               "Läufe", "gestartet (dieser Lauf)", "Fortschritt", "Knoten",
+               "Läufe", "gestartet (letzter Lauf)", "Fortschritt", "Knoten",
                "letztes Lebenszeichen <span"],
         "en": ["Timeline", "Every field", "Lease", "held (renewed; expires in", "Runs",
-               "started (this run)", "Progress", "Node", "heartbeat <span"],
+               "started (last run)", "Progress", "Node", "heartbeat <span"],
     },
     "listeners": {
         "fr": ["Écouteurs", "sur la file d’attente q", "Pulsation", "Tâches détenues", ">actif<",

@@ -552,6 +552,41 @@ def test_retry_without_backoff_goes_next_in_line(client, proto, r):
     assert r.lrange("blueque_pending_tasks_q", 0, -1) == [waiting]
 
 
+@pytest.mark.parametrize("outcome", ["failed", "requeue"])
+def test_a_run_that_ends_with_the_task_waiting_again_takes_its_start_and_progress_along(
+        client, proto, r, outcome):
+    """A run's progress goes with it once its task waits for another run (a retry, or sent
+    back unstarted), and so does its start when it never began (requeue) or when the task is
+    cancelled while it waits: else the task page showed "5% step 3/60" of a task that waits,
+    and the cancel counted the whole wait as a run in the run-time histograms. A retry keeps
+    the start as the last attempt's (Django's ``last_attempted_at``)."""
+    from django_blueque.queries.run_times import recent_run_times
+
+    task_id = client.get_queue("q").enqueue("p", retries=1)
+    reserve_and_start(proto)
+    assert proto.report_progress(task_id, "tok", 5, "step 3/60")
+    assert proto.finish("q", task_id, listener_id="host-a_101", pid=4242, token="tok",
+                        outcome=outcome, value="boom") in ("retry", "requeued")
+    fields = r.hgetall(f"blueque_task_{task_id}")
+    assert fields["status"] == "pending"
+    assert not {"progress", "progress_message"} & set(fields), fields
+    assert ("started" in fields) == (outcome == "failed")
+    client.cancel(task_id)
+    assert r.hget(f"blueque_task_{task_id}", "status") == "failed"
+
+    class Reader:  # what recent_run_times reads through: the engine's keys, one pipeline
+        keys = proto.keys
+
+        @staticmethod
+        def read(calls):
+            with r.pipeline() as pipe:
+                for command, key, *args in calls:
+                    getattr(pipe, command)(key, *args)
+                return pipe.execute()
+
+    assert recent_run_times(Reader, ["q"])["q"]["failed"] == []
+
+
 def test_retry_after_its_backoff_goes_next_in_line(client, proto, r):
     """Its backoff delays it; it does not also cost it its place: a task recovered from a dead
     listener in a queue with a backlog ran only once the whole backlog had (the soak's 34 s

@@ -121,12 +121,15 @@ local function record_error(attempt)
   end
 end
 redis.call('HDEL', KEYS[1], 'lease', 'cancel_requested')
+-- the run's progress goes with it when its task waits again; its start stays as the last
+-- attempt's (Django's last_attempted_at), unless the run never began (requeue)
+local PROGRESS_FIELDS = {'progress', 'progress_message'}
 
 if outcome == 'requeue' then
   if status == 'started' and attempts > 0 then
     redis.call('HSET', KEYS[1], 'attempts', attempts - 1)
   end
-  redis.call('HDEL', KEYS[1], 'node', 'pid')
+  redis.call('HDEL', KEYS[1], 'node', 'pid', 'started', unpack(PROGRESS_FIELDS))
   redis.call('HSET', KEYS[1], 'status', 'pending', 'updated', now)
   make_pending(waiting, id, state[6], true)
   return 'requeued'
@@ -147,6 +150,7 @@ else
     local backoff = math.max(number(state[4], number(ARGV[13], 0)), 0)
     redis.call('HSET', KEYS[1], 'last_error', ARGV[6], 'error_type', ARGV[7], 'traceback', ARGV[8],
                'updated', now)
+    redis.call('HDEL', KEYS[1], unpack(PROGRESS_FIELDS))
     if backoff > 0 then
       local eta = server_time() + backoff * 2 ^ (math.max(attempts, 1) - 1)
       redis.call('HSET', KEYS[1], 'status', 'scheduled', 'eta', string.format('%.6f', eta))
