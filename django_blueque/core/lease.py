@@ -155,12 +155,28 @@ class LeaseKeeper(threading.Thread):
     def _lost(self) -> None:
         running = self.running
         running.lease_lost.set()
-        logger.error("task %s: lease lost (the task was recovered elsewhere)%s", running.id,
+        logger.error("task %s: lease lost: %s%s", running.id, self._why_lost(),
                      "; stopping this process" if self.own_process else "")
         if self.own_process:
             if os.getpgrp() == os.getpid():
                 os.killpg(os.getpid(), signal.SIGKILL)  # its subprocesses too
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def _why_lost(self) -> str:
+        """What became of the task, as Redis says (one read, on the rare loss of a lease)."""
+        try:
+            status, error_type, node = self.running.protocol.redis.hmget(
+                self.running.protocol.keys.task(self.running.id), "status", "error_type", "node")
+        except redis.RedisError:
+            return "the task is no longer this run's"
+        if status is None:
+            return "the task is gone from Redis (deleted, or Redis lost its data)"
+        if status in ("complete", "failed"):
+            return f"the task was ended elsewhere: {status}" + (
+                f" ({error_type})" if error_type else "")
+        if status in ("reserved", "started"):
+            return f"the task was recovered and runs again, on {node}"
+        return f"the task was recovered and is {status}, waiting for another run"
 
     def silence(self) -> float:
         """Seconds since anyone last confirmed the lease: this process, or its listener (the

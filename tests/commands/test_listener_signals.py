@@ -46,6 +46,8 @@ def test_two_sighups_restart_once_and_do_not_stop_at_once(manage, blueque, r):
     listener.terminate()
     output, _ = listener.communicate(timeout=20)
     assert output.count("started on demo.long") == 2
+    assert output.count("SIGHUP received: restarting with fresh code once the running "
+                        "tasks end") == 1  # said once, when it began
 
 
 def test_reloader_restarts_on_sighup_and_survives(manage, blueque, r):

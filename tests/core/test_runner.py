@@ -359,6 +359,9 @@ def test_lapsed_lease_is_taken_again_unless_the_task_was_recovered(client, r, st
     assert r.lrange("finished", 0, -1) == ["done"]  # only the kept task got to the end
     assert client.get_task(recovered).error == "listener lost"
     assert [run["id"] for run in runs()].count(kept) == 1
+    # its process said what became of its task, as Redis tells it
+    assert (f"task {recovered}: lease lost: the task was ended elsewhere: failed (ListenerLost)"
+            "; stopping this process") in runner.output()
 
 
 # -- cancellation -----------------------------------------------------------------------------

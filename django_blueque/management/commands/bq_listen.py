@@ -72,6 +72,9 @@ class Command(BluequeCommand):
         def on_hangup(signum, frame):
             if not restart:  # a second SIGHUP changes nothing: the restart is under way
                 restart.append(signum)
+                logger.info("SIGHUP received: restarting with fresh code once the running "
+                            "tasks end, taking no new task meanwhile (a SIGTERM now stops it "
+                            "at once)")
                 runner.stop()
 
         signal.signal(signal.SIGHUP, on_hangup)
