@@ -136,7 +136,8 @@ def run_loop(step, interval, stop, name="scheduler"):
     """Call ``step`` every ``interval`` seconds (or sooner, when it has a ``sooner()`` giving a
     shorter pause) until ``stop()`` is true. Nothing makes the loop exit: Redis errors of any
     kind are waited out with a growing pause, any other error is logged with its traceback and
-    the loop goes on."""
+    the loop goes on. ``name``: the duty ('scheduler' or 'reaper'), its logger's too."""
+    logger = logging.getLogger(f"django_blueque.{name}")
     outage = Outage(logger, name)
     sooner = getattr(step, "sooner", lambda: None)
     while not stop():

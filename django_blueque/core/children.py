@@ -286,9 +286,9 @@ class TaskProcesses:
             if outcome == "stale":
                 task_logger.info("task %s ended in %.3f s", child.label, elapsed)
             else:
-                task_logger.warning("task %s %s after %.3f s: %s", child.label,
-                                    "will be retried" if outcome == "retry" else "failed",
-                                    elapsed, error)
+                task_logger.warning("task %s ended after %.3f s: %s; %s", child.label, elapsed,
+                                    error, "it will be retried" if outcome == "retry"
+                                    else "it failed")
 
         self._record_or_later(record)
 

@@ -35,7 +35,7 @@ import signal
 import struct
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import redis
 
@@ -165,8 +165,8 @@ class LeaseKeeper(threading.Thread):
     def _why_lost(self) -> str:
         """What became of the task, as Redis says (one read, on the rare loss of a lease)."""
         try:
-            status, error_type, node = self.running.protocol.redis.hmget(
-                self.running.protocol.keys.task(self.running.id), "status", "error_type", "node")
+            status, error_type, node = cast("list[str | None]", self.running.protocol.redis.hmget(
+                self.running.protocol.keys.task(self.running.id), "status", "error_type", "node"))
         except redis.RedisError:
             return "the task is no longer this run's"
         if status is None:

@@ -7,9 +7,10 @@ Linux 4.7 RLIMIT_DATA counts the process's private writable memory (heap, anonym
 thread stacks), which is what a task allocates, while RLIMIT_AS also counts address space
 reserved and never used (glibc reserves 64 MiB per thread arena, numpy and CUDA reserve more),
 so a limit on it fails tasks that use far less. An allocation past the limit fails: Python
-raises MemoryError, which the run records as MemoryLimitExceeded; nothing is killed, so no
-neighbour task, listener or OOM killer is involved. CPU is RLIMIT_CPU: SIGXCPU at the limit
-(recorded as CpuLimitExceeded), SIGKILL from the kernel CPU_GRACE seconds of CPU later.
+raises MemoryError, which the run records as ``django_blueque.core.limits.MemoryLimitExceeded``;
+nothing is killed, so no neighbour task, listener or OOM killer is involved. CPU is RLIMIT_CPU:
+SIGXCPU at the limit (recorded as ``django_blueque.core.limits.CpuLimitExceeded``), SIGKILL
+from the kernel CPU_GRACE seconds of CPU later.
 cgroup v2 would also bound page cache and the task's subprocesses together, but needs a
 delegated cgroup the listener may write to; rlimits need nothing.
 """
@@ -25,6 +26,8 @@ import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+from .values import error_type
 
 CPU_GRACE = 5
 """Seconds of CPU between SIGXCPU (the run fails, recording why) and the kernel's SIGKILL."""
@@ -122,13 +125,14 @@ def died_of_limit(policy: Mapping[str, Any], status: int, used: Mapping[str, flo
                   ) -> tuple[str, str] | None:
     """(error, error type) for a task process that died without recording its end because of
     a limit: the kernel's SIGXCPU or SIGKILL past its CPU limit, or any death near its memory
-    limit (a C extension that aborts when malloc fails); None for another death."""
+    limit (a C extension that aborts when malloc fails); None for another death. The error
+    type is the one the process records when it sees the limit itself."""
     cpu, memory = policy.get("cpu_limit"), policy.get("memory_limit")
     killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU, signal.SIGKILL)
     if cpu and killed and used["cpu"] >= cpu:
-        return cpu_message(cpu), "CpuLimitExceeded"
+        return cpu_message(cpu), error_type(CpuLimitExceeded)
     if memory and used["peak_memory"] >= 0.9 * memory:
-        return memory_message(memory), "MemoryLimitExceeded"
+        return memory_message(memory), error_type(MemoryLimitExceeded)
     return None
 
 

@@ -35,12 +35,16 @@ def positive_seconds(value: object) -> float | None:
     return seconds if seconds is not None and seconds > 0 else None
 
 
+def error_type(kind: type[BaseException]) -> str:
+    """The ``error_type`` a task hash records for an exception class: its qualified name."""
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def error_fields(exc: BaseException) -> tuple[str, str, str]:
     """(message, qualified type, traceback) of an exception, as a task hash records a failure:
     ``error``, ``error_type`` and ``traceback``."""
     kind = type(exc)
-    qualified = f"{kind.__module__}.{kind.__qualname__}"
-    return str(exc) or kind.__name__, qualified, "".join(traceback.format_exception(exc))
+    return str(exc) or kind.__name__, error_type(kind), "".join(traceback.format_exception(exc))
 
 
 def error_code(exc: BaseException) -> str:

@@ -29,7 +29,7 @@ def test_a_task_past_its_memory_limit_fails_naming_it_while_its_neighbour_comple
     task = finished(client, greedy, runner, timeout=60)
     assert (task.status, task.attempts) == ("failed", 2)  # a failed run, retried by its policy
     assert task.error == "exceeded its memory limit of 300 MiB"
-    assert task.error_type.endswith("MemoryLimitExceeded")
+    assert task.error_type == "django_blueque.core.limits.MemoryLimitExceeded"
     assert [entry["message"] for entry in task.errors] == [task.error] * 2
     runs = usage_of(task)
     assert [run["attempt"] for run in runs] == [1, 2]
@@ -46,6 +46,7 @@ def test_a_task_past_its_cpu_limit_fails_naming_it(client, start_runner):
     task_id = client.get_queue("q").enqueue(job(spin=60))
     task = finished(client, task_id, runner, timeout=60)
     assert (task.status, task.error) == ("failed", "exceeded its CPU limit of 1 s")
+    assert task.error_type == "django_blueque.core.limits.CpuLimitExceeded"
     (run,) = usage_of(task)
     assert 1 <= run["cpu"] < 5
 
@@ -56,7 +57,8 @@ def test_a_task_the_kernel_kills_at_its_cpu_limit_is_described_by_its_listener(
     task_id = client.get_queue("q").enqueue(job(ignore_sigxcpu=True, spin=60))
     task = finished(client, task_id, runner, timeout=90)
     assert (task.status, task.error) == ("failed", "exceeded its CPU limit of 1 s")
-    assert task.error_type == "CpuLimitExceeded"
+    # the same error type as the process records when it sees the limit itself
+    assert task.error_type == "django_blueque.core.limits.CpuLimitExceeded"
     (run,) = usage_of(task)  # recorded by the listener from wait4's rusage
     assert run["cpu"] >= 6  # the limit, then CPU_GRACE more before the kernel's SIGKILL
 
@@ -94,8 +96,8 @@ def test_only_a_death_at_a_limit_is_blamed_on_it():
     killed = 9  # waitpid status of a SIGKILL
     policy = {"memory_limit": 100 * MIB, "cpu_limit": 10}
     assert died_of_limit(policy, killed, {"cpu": 15.0, "peak_memory": MIB})[1] == (
-        "CpuLimitExceeded")
+        "django_blueque.core.limits.CpuLimitExceeded")
     assert died_of_limit(policy, killed, {"cpu": 1.0, "peak_memory": 99 * MIB})[1] == (
-        "MemoryLimitExceeded")
+        "django_blueque.core.limits.MemoryLimitExceeded")
     assert died_of_limit(policy, killed, {"cpu": 1.0, "peak_memory": MIB}) is None
     assert died_of_limit({}, killed, {"cpu": 99.0, "peak_memory": 99 * MIB}) is None

@@ -300,7 +300,7 @@ from django_blueque.conf import get_client
 User.objects.create_superuser("reports-bot", "bot@example.com", "pw")
 proto, queue = get_client().protocol, get_client().get_queue("video.encode")
 kinds = {}
-for n, kind in enumerate(["builtins.TimeoutError"] * 150 + ["builtins.ValueError"] * 5):
+for n, kind in enumerate(["Timeout"] * 150 + ["builtins.ValueError"] * 5):
     task_id = queue.enqueue(str(n))
     proto.reserve("video.encode", "host_1", "tok")
     proto.start("video.encode", task_id, "host_1", 1, "tok")
@@ -317,7 +317,7 @@ threading.Thread(target=server.serve_forever, daemon=True).start()
 """ + script.replace("{port}", "{server.server_port}").replace(
         'BASE = "', 'BASE = f"') + """
 statuses = {task_id: get_client().get_task(task_id).status for task_id in kinds}
-assert all((status == "pending") == (kinds[task_id] == "builtins.TimeoutError")
+assert all((status == "pending") == (kinds[task_id] == "Timeout")
            for task_id, status in statuses.items()), statuses
 print("retried", sum(status == "pending" for status in statuses.values()))
 """)

@@ -75,6 +75,7 @@ class LoopCommand(BluequeCommand):
 
     # the attribute of conf.Settings giving the default interval
     interval_setting: str | None = None
+    duty = "scheduler"  # its name in its log lines (services.run_loop)
 
     def add_arguments(self, parser):
         super().add_arguments(parser)
@@ -92,7 +93,7 @@ class LoopCommand(BluequeCommand):
 
     def loop(self, step, interval):
         self.ping()
-        run_loop(step, interval, StopFlag())
+        run_loop(step, interval, StopFlag(), self.duty)
 
 
 class StopFlag:

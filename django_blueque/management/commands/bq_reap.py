@@ -9,6 +9,7 @@ class Command(LoopCommand):
             "finished tasks past their retention, from any node. Prints one line per action: "
             "queue, task or listener, what, why.")
     interval_setting = "reaper_interval"
+    duty = "reaper"
 
     def add_arguments(self, parser):
         super().add_arguments(parser)
