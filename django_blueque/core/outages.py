@@ -19,7 +19,9 @@ TRANSIENT_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.
 _TRANSIENT_CODES = ("LOADING", "READONLY", "OOM", "BUSY", "MASTERDOWN", "NOREPLICAS", "TRYAGAIN",
                     "CLUSTERDOWN")
 
-MAX_PAUSE = 10.0
+MAX_PAUSE = 2.0
+"""The longest pause between two tries: whatever the outage's length, work resumes within this
+long of Redis answering again (a try costs a refused connection, nothing to speak of)."""
 
 
 def is_transient(exc: BaseException) -> bool:

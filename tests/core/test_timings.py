@@ -1,12 +1,15 @@
 """The liveness timings (timings.py): one object, its relations checked, passed down to every
 part of the engine from the Client."""
 
+import logging
 import math
 
 import pytest
+import redis
 
 from django_blueque.core import Client, Timings
 from django_blueque.core.maintenance import Reaper
+from django_blueque.core.outages import Outage
 
 
 def test_the_defaults_are_the_documented_ones():
@@ -63,3 +66,14 @@ def test_a_queue_may_have_a_longer_lease_never_a_shorter_one():
     for bad in (10, 0, -1, "60", True):
         with pytest.raises(ValueError, match="at least the global lease"):
             timings.for_queue({"lease": bad})
+
+
+def test_the_pause_between_tries_while_redis_is_away_stays_short():
+    """A listener, scheduler or reaper waits out an outage with a pause that doubles from 0.5 s
+    to 2 s, never longer: work resumes within 2 s of Redis's return, however long it was away
+    (it used to grow to 10 s, and a listener took tasks again up to 10 s late)."""
+    outage = Outage(logging.getLogger("test"), "test")
+    error = redis.ConnectionError("Connection refused")
+    assert [outage.failed(error) for _ in range(8)] == [0.5, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    outage.recovered()
+    assert outage.failed(error) == 0.5  # a new outage starts short again
