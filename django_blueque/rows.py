@@ -123,6 +123,11 @@ class ListenerRow:
         beat = self.beat
         return None if beat is None else max(0.0, self.now - beat)
 
+    @property
+    def stopping(self):
+        """Alive, but taking no new task: told to stop, it finishes its running ones."""
+        return self.kind == "live" and self.info.get("stopping") == "1"
+
 
 @dataclass
 class ListenerGroup:
@@ -178,6 +183,10 @@ class ListenerGroup:
     @property
     def info(self):
         return self.members[0].info
+
+    @property
+    def stopping(self):
+        return any(member.stopping for member in self.members)
 
 
 def group_listeners(listeners):
@@ -338,7 +347,7 @@ class Overview:
             } for queue in self.queues],
             "listeners": [{
                 "id": listener.id, "queue": listener.queue, "host": listener.host,
-                "pid": listener.pid, "state": listener.kind,
+                "pid": listener.pid, "state": listener.kind, "stopping": listener.stopping,
                 "heartbeat_age": listener.heartbeat_age, "held": listener.held,
             } for listener in self.listeners],
             "periodic": self.periodic,

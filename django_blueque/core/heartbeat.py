@@ -39,6 +39,7 @@ class Heartbeat:
         self.beacon = Beacon()
         self.next_at = 0.0  # monotonic
         self.started_at = time.time()
+        self.stopping = False  # it takes no new task: told to stop, it finishes its running ones
         self._sent_info: dict[str, object] | None = None
 
     def task_started(self, current: float) -> None:
@@ -53,6 +54,13 @@ class Heartbeat:
         else:
             self.next_at = current
 
+    def stop_taking(self) -> None:
+        """The listener takes no new task from now on: its info hash says so at once (the
+        admin shows it stopping, finishing its running tasks, which may take hours)."""
+        if not self.stopping:
+            self.stopping = True
+            self.next_at = 0.0
+
     def lost(self) -> None:
         """Redis did not answer: beat (and re-register) as soon as it does again."""
         self.next_at = 0.0
@@ -66,6 +74,8 @@ class Heartbeat:
             "host": k.hostname(), "pid": os.getpid(), "queues": ",".join(self.queues),
             "concurrency": self.concurrency, "running": len(running),
             "since": repr(self.started_at), "lease": ttl}
+        if self.stopping:
+            info["stopping"] = 1
         changed = info if info != self._sent_info else None
         registered, cancels, skipped = self.protocol.heartbeat(
             self.listener_id, self.queues, changed, collect_cancels=bool(running), ttl=ttl)

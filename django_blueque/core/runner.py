@@ -216,6 +216,7 @@ class ForkingRunner:
             if not self._accepting():
                 self._listened.close()
                 self._processes.spare.drop()
+                self._heartbeat.stop_taking()
                 if not self.children:
                     return
             try:

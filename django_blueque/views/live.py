@@ -31,7 +31,7 @@ def _version(*parts):
 
 def dashboard_version(overview):
     return _version([queue.name for queue in overview.queues],
-                    [(group.id, group.kind) for group in overview.listener_groups],
+                    [(group.id, group.kind, group.stopping) for group in overview.listener_groups],
                     [queue.name for queue in overview.active_queues],
                     [queue.name for queue in overview.unserved])
 
@@ -67,7 +67,8 @@ def queue(data):
 
 
 def listeners_version(groups):
-    return _version([(group.id, group.kind, [task.id for task in group.running + group.reserved])
+    return _version([(group.id, group.kind, group.stopping,
+                      [task.id for task in group.running + group.reserved])
                      for group in groups])
 
 

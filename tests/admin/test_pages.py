@@ -29,6 +29,9 @@ def test_dashboard_shows_every_queue_with_counts_listeners_and_tasks(admin, blue
     start_task(blueque, "video", listener="web-1_100")
     blueque.get_queue("video").schedule("{}", now + 3600)
     blueque.protocol.heartbeat("dead-1_7", ["video"], {"host": "dead-1", "pid": 7}, ttl=-30)
+    # told to stop: it finishes its running tasks and takes none
+    blueque.protocol.heartbeat("stopping-1_9", ["video"], {"host": "stopping-1", "pid": 9,
+                                                           "stopping": 1})
     # an idle listener that beat 100 s ago, on its long lease
     blueque.protocol.heartbeat("idle-1_8", ["video"], {"host": "idle-1", "pid": 8,
                                                        "lease": TIMINGS.idle_heartbeat},
@@ -44,7 +47,9 @@ def test_dashboard_shows_every_queue_with_counts_listeners_and_tasks(admin, blue
     assert 85 < queues["legacy.q"].oldest_pending_age < 120
     assert queues["video"].oldest_pending_age is None
     assert [listener.id for listener in queues["video"].live] == ["idle-1_8", "node-1_4242",
-                                                                  "web-1_100"]
+                                                                  "stopping-1_9", "web-1_100"]
+    assert [listener.id for listener in queues["video"].live if listener.stopping] == [
+        "stopping-1_9"]
     assert [listener.id for listener in queues["video"].stale] == ["dead-1_7"]
     assert [listener.id for listener in queues["legacy.q"].v1] == ["oldhost_555"]
     web = next(listener for listener in queues["video"].live if listener.id == "web-1_100")
@@ -56,6 +61,7 @@ def test_dashboard_shows_every_queue_with_counts_listeners_and_tasks(admin, blue
     page = body(response)
     assert "demo.tasks.long_task" in page and "legacy.q" in page
     assert "stale: heartbeat expired" in page and "blueque 1.0 (no heartbeat)" in page
+    assert page.count("stopping: finishing its tasks, taking none") == 1
     assert [run["name"] for run in overview.periodic] == ["demo.tasks.tick"]
     assert overview.periodic[0]["next"] > time.time()
 

@@ -304,3 +304,26 @@ def test_bq_status_watch_outlives_a_redis_that_stops_answering(manage, blueque, 
         assert watch.poll() is None
     finally:
         server.close()
+
+
+def test_a_listener_told_to_stop_shows_as_stopping_while_its_task_runs(manage, blueque, r):
+    """A first SIGTERM makes a listener take no new task and wait for its running ones, for
+    hours maybe: bq_status (and the admin pages, through the same rows) show it stopping,
+    not plainly live, while its queue's pending tasks wait."""
+    task_id = long_task.enqueue(steps=300, delay=0.1)
+    listener = manage.start("bq_listen", "demo.long", "--noreload")
+    wait_for(lambda: get_result(task_id).status == "started", message="task start")
+
+    def states():
+        return {row["id"]: (row["state"], row["stopping"]) for row in json.loads(
+            manage.run("bq_status", "--json").stdout)["listeners"]}
+
+    node = get_result(task_id).node
+    assert states() == {node: ("live", False)}
+    listener.send_signal(signal.SIGTERM)
+    wait_for(lambda: states() == {node: ("live", True)}, timeout=10, message="stopping")
+    row = next(line for line in manage.run("bq_status").stdout.splitlines()
+               if line.startswith(node))
+    assert row.split()[1:3] == ["demo.long", "stopping"], row
+    cancel(task_id)
+    assert listener.wait(30) == 0

@@ -126,7 +126,8 @@ class Command(BluequeCommand):
         self.stdout.write("")
         self.stdout.write(table(
             ["LISTENER", "QUEUE", "STATE", "HEARTBEAT", "RUNNING", "RESERVED"],
-            [[listener.id, listener.queue, listener.kind, age(listener.heartbeat_age),
+            [[listener.id, listener.queue, "stopping" if listener.stopping else listener.kind,
+              age(listener.heartbeat_age),
               len(listener.running), len(listener.reserved)] for listener in listeners]))
         self.stdout.write("")
         live = {listener.id for listener in listeners if listener.kind == "live"}
