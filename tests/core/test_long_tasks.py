@@ -250,7 +250,8 @@ def test_a_task_process_cut_off_with_its_listener_stops_its_task(client, r, behi
              runner.describe)
 
 
-def test_a_task_process_cut_off_after_its_code_ended_keeps_its_result(client, r, behind_proxy):
+def test_a_task_process_cut_off_after_its_code_ended_keeps_its_result(client, r, behind_proxy,
+                                                                     tmp_path):
     """The node cut off (every connection held) just as the task's code returns, for longer
     than a lease and kill_grace, no reaper running: the process goes on trying to record its
     end, and records it when the partition heals; its code ran once. Before: it ended itself
@@ -258,11 +259,13 @@ def test_a_task_process_cut_off_after_its_code_ended_keeps_its_result(client, r,
     the task ran again."""
     proxy, start = behind_proxy
     runner = start(timings=json.dumps(SHORT), kill_grace=2, policy=json.dumps({"retries": 2}))
-    task_id = client.get_queue("q").enqueue(job(sleep=3))
+    gate = tmp_path / "return"
+    task_id = client.get_queue("q").enqueue(job(wait_file=str(gate)))
     (run,) = wait_for(lambda: runs_of(r, task_id), 20, runner.describe)
     time.sleep(1.0)  # its lease keeper has connected
-    proxy.hold_all()  # its code returns 2 s later, cut off
-    time.sleep(2 + SHORT["lease"] + 2 + 3)  # + cut_off + kill_grace + a renewal
+    proxy.hold_all()
+    gate.touch()  # its code returns now, cut off, a lease (3 s) before the cut-off could come
+    time.sleep(SHORT["lease"] + 2 + 3)  # cut_off + kill_grace + a renewal
     assert pid_alive(run["pid"]), runner.describe()
     proxy.heal()
     task = finished(client, task_id, runner)
