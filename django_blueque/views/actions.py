@@ -237,7 +237,7 @@ def bulk_job(request):
 
 
 @require_POST
-@staff_view()
+@staff_view(json=True)
 def bulk_step(request):
     """Run the job's next batches for a fraction of a second; JSON for the page's script."""
     params = _bulk_request(request, request.POST)

@@ -10,7 +10,7 @@ import redis
 from django.contrib import admin
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -25,7 +25,6 @@ from .live import POLL_SECONDS
 logger = logging.getLogger("django_blueque.admin")
 
 
-
 def _login_or_refuse(request, permission):
     """None if the user may go on; a redirect to the admin login for anonymous users."""
     user = request.user
@@ -36,23 +35,28 @@ def _login_or_refuse(request, permission):
     return None
 
 
-def _unavailable(request, exc):
+def _unavailable(request, exc, json=False):
     logger.warning("Redis unreachable from the admin: %s", exc)
+    if json:
+        return JsonResponse({"error": f"Redis unreachable: {exc}"}, status=503)
     return render(request, "django_blueque/unavailable.html",
                   admin_context(request, _("Redis is unreachable"), error=str(exc)), status=503)
 
 
-def _refused(request, exc):
+def _refused(request, exc, json=False):
     """Redis refused what was asked (the scripts check keys' types before writing anything):
     nothing was changed, and the page says why."""
     logger.warning("Redis refused an admin request to %s: %s", request.path, exc)
+    if json:
+        return JsonResponse({"error": f"Redis refused the request: {exc}"}, status=409)
     return render(request, "django_blueque/unavailable.html", admin_context(
         request, _("Redis refused the request"), error=str(exc), refused=True), status=409)
 
 
-def staff_view(permission=None):
+def staff_view(permission=None, *, json=False):
     """Staff with the view permission (and ``permission``, if given) only; a page, not a 500,
-    when Redis does not answer."""
+    when Redis does not answer (``json``: a view that answers JSON answers its errors in
+    JSON too, for the script that polls it)."""
     def decorator(view):
         @wraps(view)
         def wrapped(request, *args, **kwargs):
@@ -63,18 +67,21 @@ def staff_view(permission=None):
             try:
                 return view(request, *args, **kwargs)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                return _unavailable(request, exc)
+                return _unavailable(request, exc, json)
             except redis.ResponseError as exc:  # e.g. an action's script met a wrong type
-                return _refused(request, exc)
+                return _refused(request, exc, json)
         return never_cache(wrapped)
     return decorator
 
 
-def metrics_view(view):
+def metrics_view(view=None, *, json=False):
     """Staff with the view permission, or a scraper with ``BLUEQUE['METRICS_TOKEN']`` as a
     Bearer token (a wrong token is a 401, not a login page). Another scheme (the Basic of a
-    site behind a basic-auth proxy) is the browser's, not a scraper's: the session decides."""
-    staff = staff_view()(view)
+    site behind a basic-auth proxy) is the browser's, not a scraper's: the session decides.
+    ``json``: see staff_view."""
+    if view is None:
+        return lambda view: metrics_view(view, json=json)
+    staff = staff_view(json=json)(view)
 
     @wraps(view)
     def wrapped(request):
@@ -90,6 +97,8 @@ def metrics_view(view):
         try:
             return view(request)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if json:
+                return JsonResponse({"error": f"Redis unreachable: {exc}"}, status=503)
             return HttpResponse(f"Redis unreachable: {exc}\n", status=503,
                                 content_type="text/plain; charset=utf-8")
     return never_cache(wrapped)

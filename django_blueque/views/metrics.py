@@ -12,7 +12,7 @@ from .common import metrics_view
 
 
 @require_GET
-@metrics_view
+@metrics_view(json=True)
 def metrics_json(request):
     """The dashboard's figures as JSON, for the METRICS_QUEUES queues with the most
     listeners (``queues_total`` says how many there are)."""

@@ -224,7 +224,7 @@ def task(request, task_id):
 
 
 @require_GET
-@staff_view()
+@staff_view(json=True)
 def task_progress(request, task_id):
     """What the task page polls to move its progress bar."""
     if not k.valid_name(task_id, longest=MAX_NAME):

@@ -333,6 +333,11 @@ def test_a_redis_outage_is_a_503_page_not_a_500(admin, settings):
     response = admin.get(url(""))
     assert response.status_code == 503
     assert "does not answer" in body(response)
+    # what a script polls answers in JSON, for a staff session too
+    for path in ("metrics.json", "tasks/some-task/progress/"):
+        polled = admin.get(url(path))
+        assert polled.status_code == 503 and polled["Content-Type"] == "application/json"
+        assert "Redis unreachable" in as_json(polled)["error"]
 
 
 def test_started_tasks_stay_counted_once(admin, blueque):
