@@ -19,7 +19,8 @@ _current: RunningTask | None = None
 
 
 class StopRequested(BaseException):
-    """Raised in a task's process when its listener stops it (cancellation, timeout).
+    """Raised in a task's process when its listener stops it (cancellation, timeout), unless
+    its code watches ``should_stop()`` (see ``RunningTask.stop_signalled``).
 
     A BaseException, like KeyboardInterrupt, so a task's ``except Exception`` does not swallow
     it; ``finally`` blocks and context managers still run.
@@ -41,6 +42,11 @@ class RunningTask:
         # the lease gone was overtaken by that recording (or by a try whose reply was lost),
         # so the lease keeper stops quietly instead of ending the process
         self.ending = threading.Event()
+        # its listener (or its own lease keeper) signalled it to stop (cancel, timeout): a
+        # task whose code has called should_stop() is only told (it ends at its next look, or
+        # is killed kill_grace later); any other gets StopRequested at once (task_process.py)
+        self.stop_signalled = threading.Event()
+        self.watches_stop = False
         self.task = task
         self.id = task.id
         # the queue it was taken from, which chooses the code that runs it: the hash's own
@@ -85,18 +91,23 @@ class RunningTask:
         task to resume from. True if saved; False if this run lost its lease (a newer run's
         checkpoint is kept). Waits while Redis is away."""
         encoded = encode_checkpoint(state)
-        saved = save_checkpoint(self.protocol.runs, self.id, self.token, encoded, self.should_stop)
+        saved = save_checkpoint(self.protocol.runs, self.id, self.token, encoded, self._stop_asked)
         if saved:
             self._checkpoint = encoded
         return saved
 
     def should_stop(self) -> bool:
-        """True once the task should end early: someone asked to cancel it, or its lease was
-        lost or could not be renewed for a while (lease.py). A long task can end cleanly.
-        Reads what the lease's renewals saw, never Redis, so it cannot fail while Redis is
-        away."""
-        return (self.cancel_requested.is_set() or self.lease_lost.is_set()
-                or self.cut_off.is_set())
+        """True once the task should end early: someone asked to cancel it, its timeout came,
+        or its lease was lost or could not be renewed for a while (lease.py). A task that calls
+        it watches it: when it is stopped, it is told so here rather than interrupted by
+        StopRequested, and has ``kill_grace`` seconds to end at a point of its choosing. Reads
+        what this process saw, never Redis, so it cannot fail while Redis is away."""
+        self.watches_stop = True
+        return self._stop_asked()
+
+    def _stop_asked(self) -> bool:
+        return (self.cancel_requested.is_set() or self.stop_signalled.is_set()
+                or self.lease_lost.is_set() or self.cut_off.is_set())
 
 
 class NoTask(RunningTask):

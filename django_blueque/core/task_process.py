@@ -23,7 +23,7 @@ import redis
 from . import keys as k
 from .channel import TASK_ENDED, handed_task, read_line
 from .connections import for_task_process
-from .context import RunningTask, StopRequested, set_current_task
+from .context import RunningTask, StopRequested, current_task, set_current_task
 from .lease import Beacon, LeaseKeeper
 from .limits import limited, own_usage
 from .outages import Outage, is_transient
@@ -77,7 +77,7 @@ class TaskProcess:
             os.setsid()
             for signum in (signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
                 signal.signal(signum, signal.SIG_DFL)
-            signal.signal(signal.SIGTERM, _raise_stop)
+            signal.signal(signal.SIGTERM, _on_stop_signal)
             for_task_process(self.protocol.redis, self.protocol.timings.renew_every)
             if connect:
                 with contextlib.suppress(redis.RedisError):  # the lease thread reports outages
@@ -141,6 +141,8 @@ class TaskProcess:
         try:
             with limited(policy):  # its memory and CPU limits (limits.py)
                 value = encode_result(self.callback(task))
+            if running.stop_signalled.is_set():  # it saw should_stop() and ended early
+                raise StopRequested("ended early, as asked")
             outcome, error_type, trace = k.COMPLETE, "", ""
             if running.cancel_requested.is_set():
                 # it saw should_stop() and ended early: what the operator asked for
@@ -219,7 +221,14 @@ def record_end(running, step):
         time.sleep(pause)
 
 
-def _raise_stop(signum, frame):
+def _on_stop_signal(signum, frame):
+    """SIGTERM: the listener stops this task (cancel, timeout). Code that watches should_stop()
+    is told so and ends at its next look; other code gets StopRequested now."""
+    running = current_task()
+    if running:
+        running.stop_signalled.set()
+        if running.watches_stop:
+            return
     raise StopRequested(f"stopped by signal {signum}")
 
 

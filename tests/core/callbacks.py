@@ -51,7 +51,7 @@ import time
 import redis
 from redis.cluster import RedisCluster
 
-from django_blueque.core import current_task
+from django_blueque.core import StopRequested, current_task
 
 RUNS_KEY = "core_test_runs"
 KEPT = []  # "keep_mib"'s memory, until the process exits
@@ -138,6 +138,12 @@ def callback(task):
         if "until_stopped" in todo:
             _wait_until(running.should_stop)
             conn.rpush(todo["until_stopped"], "stopped")
+        if "sleep_noting_stop" in todo:  # code that never looks: StopRequested interrupts it
+            try:
+                time.sleep(120)
+            except StopRequested:
+                conn.rpush(todo["sleep_noting_stop"], f"should_stop={running.should_stop()}")
+                raise
         if marks:
             _mark(conn, marks, task.id, running.attempt, "end")
         if "mark" in todo:

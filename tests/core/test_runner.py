@@ -395,6 +395,36 @@ def test_a_running_task_can_ask_whether_to_stop(client, r, start_runner, runs):
     wait_for(lambda: not pid_alive(task.pid), 10, "the task's process still runs")
 
 
+@pytest.mark.parametrize("stop", ["cancel", "timeout"])
+def test_a_task_that_watches_should_stop_is_told_not_interrupted(client, r, start_runner, stop):
+    """Code that polls should_stop() (and does not ignore SIGTERM) ends at a point of its
+    choosing when it is cancelled or times out: its listener's SIGTERM makes should_stop()
+    true instead of raising StopRequested into it, and the end is recorded as the stop's.
+    Before: the listener's SIGTERM came before the flag, and StopRequested cut it short."""
+    task_id = client.get_queue("q").enqueue(job(until_stopped="stopped"),
+                                            timeout=1 if stop == "timeout" else None)
+    runner = start_runner(kill_grace=60)
+    started(client, task_id, runner)
+    if stop == "cancel":
+        assert client.cancel(task_id) == "requested"
+    wait_for(lambda: r.lrange("stopped", 0, -1) == ["stopped"], 20, runner.describe)
+    task = finished(client, task_id, runner)
+    assert (task.status, task.error) == (
+        "failed", "cancelled" if stop == "cancel" else "timed out after 1 s"), runner.describe()
+
+
+def test_a_task_that_does_not_watch_is_interrupted_and_then_told(client, r, start_runner):
+    """Code that never looks at should_stop() gets StopRequested at once, and should_stop() is
+    true where it handles it."""
+    task_id = client.get_queue("q").enqueue(job(sleep_noting_stop="noted"))
+    runner = start_runner()
+    started(client, task_id, runner)
+    assert client.cancel(task_id) == "requested"
+    task = finished(client, task_id, runner)
+    assert (task.status, task.error) == ("failed", "cancelled")
+    assert r.lrange("noted", 0, -1) == ["should_stop=True"]
+
+
 def test_cancel_pending_and_scheduled_tasks_they_never_run(client, r, start_runner, runs):
     queue = client.get_queue("q")
     busy = queue.enqueue(job(wait_for="gate"))
