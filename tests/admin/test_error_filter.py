@@ -39,6 +39,18 @@ def test_the_failed_list_filters_by_error_type_newest_first(admin, blueque):
     assert "error_type=builtins.ValueError" in str(second.context["page_links"])
 
 
+def test_the_bulk_buttons_are_not_offered_on_a_filtered_list(admin, blueque):
+    """A bulk job acts on the whole failed list: offered on a list filtered by error type, its
+    button said "Retry all 12" and the job retried all 42 (or deleted them)."""
+    fail_many(blueque, 30, "builtins.ValueError", "v")
+    fail_many(blueque, 12, "builtins.KeyError", "k")
+    whole = body(admin.get(url("", name="q", state="failed")))
+    assert "Retry all 42 failed tasks…" in whole and "Delete all 42 failed tasks…" in whole
+    filtered = body(admin.get(url("", name="q", state="failed", error_type="builtins.KeyError")))
+    assert 'class="blueque-bulk"' in whole and 'class="blueque-bulk"' not in filtered
+    assert "failed tasks…" not in filtered and 'id="bulk-whole-list"' in filtered
+
+
 def test_a_task_retried_since_is_no_longer_in_its_types_list(admin, blueque):
     first, second = fail_many(blueque, 2, "builtins.KeyError", "k")
     assert blueque.protocol.admin.retry("q", first) == 1
