@@ -9,6 +9,7 @@ import redis
 from demo.tasks import long_task, report
 from django.contrib.auth.models import User
 
+from devtools.servers import RedisServer
 from django_blueque import RedisUnavailable, blueque_task, get_result
 
 ENQUEUE = "from demo.tasks import long_task; print(long_task.enqueue(steps=1))"
@@ -62,6 +63,29 @@ def test_a_producer_without_redis_gets_one_exception_naming_the_setting(manage, 
     assert "s3cret" not in result.stderr
     assert "During handling" not in result.stderr  # not redis-py's traceback as well
     assert "/redis/" not in result.stderr, result.stderr  # no frame of redis-py's
+
+
+@pytest.mark.parametrize("refusal", ["full", "replica"])
+def test_a_redis_that_cannot_take_a_write_is_unavailable_too(settings, refusal):
+    """A full Redis (maxmemory, noeviction) or one that became a replica refuses the enqueue;
+    the view that catches RedisUnavailable to answer 503 catches that too, nothing written."""
+    server = RedisServer().start()
+    try:
+        settings.BLUEQUE = {"URL": server.url}
+        admin = redis.Redis.from_url(server.url)
+        if refusal == "full":
+            admin.config_set("maxmemory-policy", "noeviction")
+            admin.config_set("maxmemory", 1)
+        else:
+            admin.replicaof("127.0.0.1", 1)  # a primary that never answers: it stays read-only
+        said = "cannot take this now" if refusal == "full" else "is a replica now"
+        with pytest.raises(RedisUnavailable, match=said):
+            long_task.enqueue(steps=1)
+        admin.config_set("maxmemory", 0)
+        admin.replicaof("no", "one")
+        assert admin.dbsize() == 0
+    finally:
+        server.close()
 
 
 def test_the_exception_is_caught_as_documented(settings):
