@@ -181,11 +181,20 @@ class BluequeBackend(BaseTaskBackend):
             enqueued_at=_time(found.created), started_at=_time(found.started),
             finished_at=_time(found.finished), last_attempted_at=_time(found.started),
             args=payload["args"], kwargs=payload["kwargs"], backend=self.alias, errors=errors,
-            worker_ids=[found.node] * (found.attempts or 0) if found.node else [])
+            worker_ids=self.worker_ids(found))
         if found.status == k.COMPLETE:
             # a complete task has a result
             object.__setattr__(result, "_return_value", json.loads(cast(str, found.result)))
         return result
+
+    @staticmethod
+    def worker_ids(found: engine.Task) -> list[str]:
+        """The listener of each run, oldest first (Django counts the attempts by them): each
+        failed run's, from the error history, then the one running or that completed."""
+        ran = [error["node"] for error in found.errors]
+        if found.node and found.status in (k.RESERVED, k.STARTED, k.COMPLETE):
+            ran.append(found.node)
+        return ran
 
     def task_of(self, found: engine.Task) -> Task[..., Any]:
         """The Task a task record names, as it was enqueued, or ForbiddenTask: the record must

@@ -8,10 +8,22 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import redis
+
 from .keys import Keys, valid_name
 
 if TYPE_CHECKING:
     from .task import Task
+
+
+class UnknownDependency(ValueError, redis.ResponseError):
+    """``depends_on`` names an id no task has (enqueue.lua refused it; nothing was written).
+    A ValueError, like any bad argument; a ResponseError, as Redis's refusal it was before."""
+
+    @classmethod
+    def raised_by(cls, exc: redis.ResponseError) -> redis.ResponseError:
+        """``exc`` as this class if it is enqueue.lua's refusal of an unknown id."""
+        return cls(str(exc)) if "unknown dependency" in str(exc) else exc
 
 
 def dependency_fields(depends_on: Sequence[str] | None = None,

@@ -15,11 +15,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
+import redis
 from redis.exceptions import NoScriptError
 
 from . import keys as k
 from .admission import Admission
-from .depends import check_dependencies
+from .depends import UnknownDependency, check_dependencies
 from .protocol_admin import UNLIST_WINDOW, AdminOperations
 from .protocol_runs import RunOperations
 from .protocol_upkeep import UpkeepOperations, _optional, checked_eta, encode_time, now
@@ -124,18 +125,21 @@ class Protocol:
         calls = [head + tasks[start:start + 2 * ENQUEUE_BATCH]
                  for start in range(0, len(tasks), 2 * ENQUEUE_BATCH)]
         script = self.access.script("enqueue")
-        if pipe is None and len(calls) == 1:
-            reply = script(keys=keys, args=calls[0])
-            if reply is None:  # the task is written: the sweep will index it
-                self.access.broken_index(self.keys.due_queues(queue), mend=False)
-            return [reply] if reply else ids
-        own = pipe is None
-        pipe = self.redis.pipeline(transaction=True) if pipe is None else pipe
-        for args in calls:
-            script(keys=keys, args=args, client=pipe)
-        if own:
-            pipe.execute()
-            pipe.reset()
+        try:
+            if pipe is None and len(calls) == 1:
+                reply = script(keys=keys, args=calls[0])
+                if reply is None:  # the task is written: the sweep will index it
+                    self.access.broken_index(self.keys.due_queues(queue), mend=False)
+                return [reply] if reply else ids
+            own = pipe is None
+            pipe = self.redis.pipeline(transaction=True) if pipe is None else pipe
+            for args in calls:
+                script(keys=keys, args=args, client=pipe)
+            if own:
+                pipe.execute()
+                pipe.reset()
+        except redis.ResponseError as exc:
+            raise UnknownDependency.raised_by(exc) from None
         return ids
 
     def schedule(self, queue: str, parameters: WireValue, eta: float,

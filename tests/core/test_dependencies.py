@@ -61,10 +61,12 @@ def test_a_dependency_already_complete_counts_at_once(client, r):
 
 
 def test_an_unknown_dependency_is_refused_and_nothing_is_written(client, r):
+    """A ValueError, as any bad argument (a ResponseError too, as it was)."""
     known = client.get_queue("q").enqueue("a")
     before = sorted(r.keys("*"))
-    with pytest.raises(redis.ResponseError, match="unknown dependency nosuch-id"):
+    with pytest.raises(ValueError, match="unknown dependency nosuch-id") as refused:
         client.get_queue("q2").enqueue("b", depends_on=[known, "nosuch-id"])
+    assert isinstance(refused.value, redis.ResponseError)
     assert sorted(r.keys("*")) == before
 
 

@@ -308,7 +308,7 @@ def test_bad_options_are_a_check_error(framework, settings, options):
     assert [error.id for error in task_backends["default"].check()] == ["blueque.E021"]
 
 
-def test_every_failed_run_is_an_error_of_the_result_oldest_first(framework, tasks, settings):
+def test_every_failed_run_is_an_error_of_the_result_oldest_first(framework, tasks, settings, r):
     # the enqueuing process writes its queue's retry policy into the task
     settings.BLUEQUE = {**settings.BLUEQUE,
                         "QUEUES": {"django.tasks.other": {"RETRIES": 2, "BACKOFF": 0}}}
@@ -316,6 +316,8 @@ def test_every_failed_run_is_an_error_of_the_result_oldest_first(framework, task
     burst(framework)
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
+    assert result.attempts == 3 and len(result.worker_ids) == 3  # each run's listener
+    assert set(result.worker_ids) == {r.hget(f"blueque_task_{result.id}", "node")}  # one here
     assert [error.exception_class for error in result.errors] == [ValueError, ValueError]
     assert ["run 1 failed" in result.errors[0].traceback,
             "run 2 failed" in result.errors[1].traceback] == [True, True]
@@ -353,3 +355,20 @@ def test_installed_is_judged_by_installed_apps_not_the_registrys_current_view(fr
         apps.unset_available_apps()
     assert not backend.may_import("demonic.tasks")
     assert _app_name("django.contrib.admin.apps.SimpleAdminConfig") == "django.contrib.admin"
+
+
+def test_the_worker_ids_name_the_listener_of_each_run():
+    """Runs on several machines: each failed run's listener from the error history, then the
+    one that completed (it used to be the last listener, repeated once per attempt)."""
+    from django_blueque.backends import BluequeBackend
+    from django_blueque.core import Task as EngineTask
+
+    history = json.dumps([{"type": "builtins.ValueError", "message": "no", "node": node,
+                           "attempt": n, "time": 1.0, "code": "", "traceback": ""}
+                          for n, node in enumerate(["a_1", "b_2"], start=1)])
+    done = EngineTask("t", {"status": "complete", "node": "c_3", "attempts": "3",
+                            "errors": history})
+    assert BluequeBackend.worker_ids(done) == ["a_1", "b_2", "c_3"]
+    failed = EngineTask("t", {"status": "failed", "node": "b_2", "attempts": "2",
+                              "errors": history})
+    assert BluequeBackend.worker_ids(failed) == ["a_1", "b_2"]
