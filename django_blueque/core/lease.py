@@ -103,6 +103,7 @@ class LeaseKeeper(threading.Thread):
         # when the last confirmed renewal was sent, or Redis heard refusing (monotonic);
         # ``renewed_at``: when the lease was set (its take), if known
         self.heard = self.began if renewed_at is None else renewed_at
+        self.cancelled_at: float | None = None  # when its renewal brought a cancellation
 
     def run(self) -> None:
         try:
@@ -139,10 +140,12 @@ class LeaseKeeper(threading.Thread):
             orphan = self.own_process and os.getppid() not in self.parents
             if cancel and not running.cancel_requested.is_set():
                 running.cancel_requested.set()
+                self.cancelled_at = time.monotonic()
                 if orphan:  # no listener will stop it: stop itself
                     os.kill(os.getpid(), signal.SIGTERM)
             if orphan:
                 self._enforce_timeout()
+                self._enforce_cancel()
 
     def _connect(self) -> None:
         """Connect while the task's code runs (a forked process inherits no connection), so
@@ -206,6 +209,16 @@ class LeaseKeeper(threading.Thread):
                      silent)
         logging.shutdown()
         os._exit(CUT_OFF_EXIT)
+
+    def _enforce_cancel(self) -> None:
+        """With its listener gone, a cancelled task whose code watches should_stop() (told by
+        SIGTERM, not interrupted) but does not end within kill_grace is killed, as its
+        listener would have done."""
+        if (self.cancelled_at is not None and not self.running.ending.is_set()
+                and time.monotonic() >= self.cancelled_at + self.kill_grace):
+            logger.warning("task %s: still running %g s after its cancellation, with its "
+                           "listener gone; killing it", self.running.id, self.kill_grace)
+            os.killpg(os.getpid(), signal.SIGKILL)
 
     def _enforce_timeout(self) -> None:
         """With its listener gone, nobody else stops a task past its timeout, and its lease,

@@ -104,6 +104,8 @@ def callback(task):
     if counter:
         conn.rpush(f"{counter}:seen", conn.incr(counter))
     try:
+        if todo.get("look_once"):  # watches should_stop(), then stops looking
+            running.should_stop()
         if "progress" in todo:
             running.report_progress(*todo["progress"])
         if "progress_every" in todo:

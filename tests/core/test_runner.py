@@ -659,6 +659,24 @@ def test_sigkilled_listener_running_tasks_finish_and_reserved_ones_are_requeued(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("watching", [False, True])
+def test_an_orphaned_task_cancelled_stops_itself(client, r, start_runner, watching):
+    """Its listener killed, a cancelled task's process stops itself: code that never looked at
+    should_stop() gets StopRequested and records the cancel; code that looked once (told, not
+    interrupted) and then never again is killed kill_grace later, as its listener would."""
+    task_id = client.get_queue("q").enqueue(job(look_once=watching, sleep=120, mark="finished"))
+    runner = start_runner(kill_grace=2)
+    pid = started(client, task_id, runner).pid
+    runner.signal(signal.SIGKILL)
+    runner.wait(10)
+    assert client.cancel(task_id) == "requested"
+    wait_for(lambda: not pid_alive(pid), 30, "the orphaned process to stop")
+    assert not r.exists("finished")
+    if not watching:
+        task = finished(client, task_id, runner)
+        assert (task.status, task.error) == ("failed", "cancelled")
+
+
 def test_an_orphaned_task_past_its_timeout_stops_itself(client, r, start_runner, runs):
     """Its listener killed, a task's process still enforces the task's timeout on itself: the
     lease it renews would otherwise keep a hung task running for ever."""
