@@ -135,7 +135,7 @@ if outcome == 'requeue' then
   return 'requeued'
 end
 if outcome == 'complete' then
-  redis.call('HDEL', KEYS[1], 'error_type', 'traceback', 'last_error')
+  redis.call('HDEL', KEYS[1], 'error_type', 'traceback')
   redis.call('HSET', KEYS[1], 'status', 'complete', 'result', ARGV[6], 'updated', now, 'finished', now)
 else
   if status == 'reserved' or attempts == 0 then
