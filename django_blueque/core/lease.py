@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, cast
 
 import redis
 
+from . import keys as k
 from .outages import Outage
 from .timings import DEFAULT, Timings
 
@@ -174,10 +175,10 @@ class LeaseKeeper(threading.Thread):
             return "the task is no longer this run's"
         if status is None:
             return "the task is gone from Redis (deleted, or Redis lost its data)"
-        if status in ("complete", "failed"):
+        if status in k.FINISHED:
             return f"the task was ended elsewhere: {status}" + (
                 f" ({error_type})" if error_type else "")
-        if status in ("reserved", "started"):
+        if status in (k.RESERVED, k.STARTED):
             return f"the task was recovered and runs again, on {node}"
         return f"the task was recovered and is {status}, waiting for another run"
 

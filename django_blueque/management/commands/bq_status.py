@@ -96,13 +96,13 @@ class Command(BluequeCommand):
         if options["page"] > overview.pages:
             raise CommandError(f"--page {options['page']}: there are {overview.pages} pages")
         listeners = reader.listeners()
+        live = {listener.id for listener in listeners if listener.kind == "live"}
         running = self.running(reader, overview)
         for key, why in reader.unreadable.items():
             self.stderr.write(printable(f"warning: {key} could not be read ({why}); "
                                         f"counted as empty"))
         if options["json"]:
             data = overview.as_dict()
-            live = {listener.id for listener in listeners if listener.kind == "live"}
             data["running"] = [{
                 "id": task.id, "queue": queue, "listener": task.node,
                 "listener_live": task.node in live,
@@ -130,7 +130,6 @@ class Command(BluequeCommand):
               age(listener.heartbeat_age),
               len(listener.running), len(listener.reserved)] for listener in listeners]))
         self.stdout.write("")
-        live = {listener.id for listener in listeners if listener.kind == "live"}
         self.stdout.write(table(
             ["TASK", "QUEUE", "LISTENER", "RUNNING FOR", "PROGRESS"],
             [running_row(reader.now, queue, task, live) for queue, task in running]))
